@@ -1,0 +1,136 @@
+/**
+ * Server configuration: the flags and `ORBIT_*` variables of SPEC §5 and the reference page,
+ * checked with zod into one typed object. Every message names the option and what it needs.
+ */
+import { z } from "zod";
+
+export interface ServerConfig {
+  db: string;
+  dbKind: "sqlite" | "postgres";
+  hostname: string;
+  port: number;
+  token: string | null;
+  workersFile: string | null;
+  tlsCert: string | null;
+  tlsKey: string | null;
+  sessionTimeoutMs: number;
+  maxActiveExecutions: number | null;
+  httpAllow: string[];
+  ui: boolean;
+  logFormat: "text" | "json";
+  logLevel: "trace" | "debug" | "info" | "warning" | "error" | "fatal";
+  maxBodyBytes: number;
+  cluster: boolean;
+  clusterMode: "standby" | "shared";
+  nodeId: string | null;
+  advertiseAddr: string | null;
+  nodeTimeoutS: number;
+}
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+const number = (flag: string, min: number) =>
+  z.union([z.string(), z.number()]).transform((v, ctx) => {
+    const n = typeof v === "number" ? v : Number(v);
+    if (!Number.isFinite(n) || n < min || (typeof v === "string" && v.trim() === "")) {
+      ctx.addIssue({
+        code: "custom",
+        message: `${flag} must be a number of at least ${min}, got "${v}"`,
+      });
+      return z.NEVER;
+    }
+    return n;
+  });
+
+const raw = z.object({
+  db: z.string().min(1, "--db must not be empty"),
+  addr: z.string(),
+  token: z.string().optional(),
+  workersFile: z.string().optional(),
+  tlsCert: z.string().optional(),
+  tlsKey: z.string().optional(),
+  sessionTimeout: number("--session-timeout", 1),
+  maxActiveExecutions: number("--max-active-executions", 1).optional(),
+  httpAllow: z.union([z.string(), z.array(z.string())]).optional(),
+  ui: z.boolean().default(true),
+  logFormat: z.enum(["text", "json"], { message: "--log-format must be text or json" }),
+  logLevel: z.enum(["trace", "debug", "info", "warn", "warning", "error", "fatal"], {
+    message: "--log-level must be one of trace, debug, info, warn, error, fatal",
+  }),
+  maxBodyBytes: number("--max-body-bytes", 1024),
+  cluster: z.union([z.boolean(), z.string()]).optional(),
+  clusterMode: z.enum(["standby", "shared"], {
+    message: "--cluster-mode must be standby or shared",
+  }),
+  nodeId: z.string().optional(),
+  advertiseAddr: z.string().optional(),
+  nodeTimeout: number("--node-timeout", 2),
+});
+
+/** Splits `host:port` (`[v6]:port` too); a bare `:port` listens on 127.0.0.1. */
+export function parseAddr(addr: string): { hostname: string; port: number } {
+  const m = addr.match(/^(?:\[([0-9a-fA-F:.]+)\]|([A-Za-z0-9.-]*)):(\d{1,5})$/);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) {
+    throw new ConfigError(`--addr must be host:port such as 127.0.0.1:7233, got "${addr}"`);
+  }
+  return { hostname: m[1] ?? (m[2] || "127.0.0.1"), port };
+}
+
+function truthy(v: boolean | string | undefined): boolean {
+  if (typeof v === "boolean") return v;
+  if (v === undefined) return false;
+  return ["1", "true", "yes", "on"].includes(v.toLowerCase());
+}
+
+export function parseServerConfig(input: Record<string, unknown>): ServerConfig {
+  const r = raw.safeParse(input);
+  if (!r.success) throw new ConfigError(r.error.issues.map((i) => i.message).join("; "));
+  const o = r.data;
+  const { hostname, port } = parseAddr(o.addr);
+  const dbKind = /^postgres(ql)?:\/\//.test(o.db) ? "postgres" : "sqlite";
+  const cluster = truthy(o.cluster);
+  if (cluster && dbKind !== "postgres") {
+    throw new ConfigError(
+      "--cluster requires a PostgreSQL database (--db postgres://...): the servers share it for leader election and history",
+    );
+  }
+  for (
+    const [flag, v] of [["--node-id", o.nodeId], ["--advertise-addr", o.advertiseAddr]] as const
+  ) {
+    if (v !== undefined && !cluster) throw new ConfigError(`${flag} requires --cluster`);
+  }
+  if ((o.tlsCert === undefined) !== (o.tlsKey === undefined)) {
+    throw new ConfigError("--tls-cert and --tls-key must be given together");
+  }
+  if (o.maxActiveExecutions !== undefined && !Number.isInteger(o.maxActiveExecutions)) {
+    throw new ConfigError("--max-active-executions must be a whole number");
+  }
+  const allow = (Array.isArray(o.httpAllow) ? o.httpAllow : o.httpAllow ? [o.httpAllow] : [])
+    .flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean);
+  const level = o.logLevel === "warn" ? "warning" : o.logLevel;
+  return {
+    db: o.db,
+    dbKind,
+    hostname,
+    port,
+    token: o.token && o.token !== "" ? o.token : null,
+    workersFile: o.workersFile ?? null,
+    tlsCert: o.tlsCert ?? null,
+    tlsKey: o.tlsKey ?? null,
+    sessionTimeoutMs: Math.round(o.sessionTimeout * 1000),
+    maxActiveExecutions: o.maxActiveExecutions ?? null,
+    httpAllow: allow,
+    ui: o.ui,
+    logFormat: o.logFormat,
+    logLevel: level,
+    maxBodyBytes: Math.round(o.maxBodyBytes),
+    cluster,
+    clusterMode: o.clusterMode,
+    nodeId: o.nodeId ?? null,
+    advertiseAddr: o.advertiseAddr ?? null,
+    nodeTimeoutS: o.nodeTimeout,
+  };
+}

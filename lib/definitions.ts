@@ -1,0 +1,90 @@
+/**
+ * Workflow definitions: deploy (validate, then insert once; a deployed version is immutable)
+ * and lookup, with an in-memory cache of parsed documents.
+ */
+import { canonicalJson, SEMVER_RE, validateWorkflow, type WorkflowDoc } from "./engine/ir.ts";
+import type { DefinitionRow, Store } from "./store/store.ts";
+import { conflict, invalid, notFound } from "./errors.ts";
+
+async function sha256(text: string): Promise<string> {
+  const d = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function compareSemver(a: string, b: string): number {
+  const pa = a.split(/[.+-]/).slice(0, 3).map(Number);
+  const pb = b.split(/[.+-]/).slice(0, 3).map(Number);
+  for (let i = 0; i < 3; i++) if (pa[i] !== pb[i]) return (pa[i] ?? 0) - (pb[i] ?? 0);
+  // A pre-release sorts before its release.
+  const ra = a.includes("-") ? 0 : 1, rb = b.includes("-") ? 0 : 1;
+  return ra - rb || a.localeCompare(b);
+}
+
+export class Definitions {
+  #docs = new Map<string, WorkflowDoc>();
+
+  constructor(readonly store: Store, readonly now: () => number) {}
+
+  /** Deploys a document: `created` true on first deploy, false for an identical one (200). */
+  async deploy(raw: unknown): Promise<{ created: boolean; row: DefinitionRow }> {
+    const v = validateWorkflow(raw);
+    if (!v.ok) {
+      throw invalid("INVALID_WORKFLOW", `workflow document has ${v.problems.length} problem(s)`, {
+        problems: v.problems,
+      });
+    }
+    const doc = v.doc;
+    const hash = await sha256(canonicalJson(doc));
+    const { created, stored } = await this.store.putDefinition({
+      name: doc.name,
+      version: doc.version,
+      ir: doc.ir,
+      document: doc,
+      hash,
+      created_ms: this.now(),
+    });
+    if (!created && stored.hash !== hash) {
+      throw conflict(
+        "WORKFLOW_VERSION_EXISTS",
+        `workflow ${doc.name} version ${doc.version} is already deployed with a different document; deploy a new version`,
+        { workflow: doc.name, version: doc.version },
+      );
+    }
+    this.#docs.set(`${doc.name}@${doc.version}`, stored.document as WorkflowDoc);
+    return { created, row: stored };
+  }
+
+  /** The document of one version (cached; deployed versions never change). */
+  async get(name: string, version: string): Promise<WorkflowDoc | null> {
+    const key = `${name}@${version}`;
+    const hit = this.#docs.get(key);
+    if (hit) return hit;
+    const row = await this.store.getDefinition(name, version);
+    if (!row) return null;
+    const doc = row.document as WorkflowDoc;
+    this.#docs.set(key, doc);
+    return doc;
+  }
+
+  /** Resolves a start request's workflow and optional version (default: highest version). */
+  async resolve(name: string, version?: string): Promise<WorkflowDoc> {
+    if (version !== undefined) {
+      if (!SEMVER_RE.test(version)) {
+        throw invalid("INVALID_VERSION", `version "${version}" is not a semantic version`);
+      }
+      const doc = await this.get(name, version);
+      if (!doc) {
+        throw notFound("UNKNOWN_WORKFLOW", `workflow ${name} version ${version} is not deployed`);
+      }
+      return doc;
+    }
+    const rows = await this.store.listDefinitions(name);
+    if (rows.length === 0) throw notFound("UNKNOWN_WORKFLOW", `workflow ${name} is not deployed`);
+    const latest = rows.map((r) => r.version).sort(compareSemver).at(-1)!;
+    return (await this.get(name, latest))!;
+  }
+
+  list(name?: string): Promise<DefinitionRow[]> {
+    return this.store.listDefinitions(name);
+  }
+}

@@ -1,0 +1,35 @@
+/**
+ * One error type with a string `code`, an HTTP status and structured fields; routes turn it
+ * into `{"error":{"code","message",…}}` in one place (`routes/app.ts` onError).
+ */
+export class OrbitError extends Error {
+  override name = "OrbitError";
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly fields: Record<string, unknown> = {},
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+  toBody(): { error: Record<string, unknown> } {
+    return { error: { code: this.code, message: this.message, ...this.fields } };
+  }
+}
+
+export const badRequest = (message: string, fields: Record<string, unknown> = {}) =>
+  new OrbitError(400, "BAD_REQUEST", message, fields);
+
+export const notFound = (code: string, message: string) => new OrbitError(404, code, message);
+
+export const conflict = (code: string, message: string, fields: Record<string, unknown> = {}) =>
+  new OrbitError(409, code, message, fields);
+
+export const invalid = (code: string, message: string, fields: Record<string, unknown> = {}) =>
+  new OrbitError(422, code, message, fields);
+
+export function storageError(e: unknown): OrbitError {
+  const msg = e instanceof Error ? e.message : String(e);
+  return new OrbitError(500, "STORAGE_ERROR", `STORAGE_ERROR: ${msg}`);
+}

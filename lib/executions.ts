@@ -1,0 +1,316 @@
+/**
+ * The engine shell for executions: it keeps the state of every running execution in memory,
+ * runs each command through the pure core (`engine/decide.ts`), commits the events through the
+ * group committer, and only after the commit installs the new state, wakes waiters, arms the
+ * durable timers (retry backoff, step deadlines) and tells the worker service what changed.
+ *
+ * Commands for one execution run one at a time (a promise chain per id); commands for
+ * different executions run concurrently and their appends share commits.
+ */
+import { type Command, decide, wakeups } from "./engine/decide.ts";
+import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
+import type { WorkflowDoc } from "./engine/ir.ts";
+import { type ExecutionState, inFlightCount, replay } from "./engine/state.ts";
+import type { GroupCommitter } from "./committer.ts";
+import type { Definitions } from "./definitions.ts";
+import type { ExecutionRow, Store } from "./store/store.ts";
+import { conflict, invalid, notFound, OrbitError, storageError } from "./errors.ts";
+import type { Metrics } from "./metrics.ts";
+import { validateAgainst } from "./jsonschema.ts";
+import { log } from "./log.ts";
+
+export interface Clock {
+  now(): number;
+  newId(): string;
+}
+
+export const EXECUTION_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,199}$/;
+
+/** What the worker service needs to hear after a state change was committed and installed. */
+export interface ExecutionObserver {
+  installed(
+    prev: ExecutionState | null,
+    next: ExecutionState,
+    events: readonly HistoryEvent[],
+  ): void;
+}
+
+interface Active {
+  state: ExecutionState;
+  def: WorkflowDoc;
+  timers: ReturnType<typeof setTimeout>[];
+}
+
+export interface StartRequest {
+  workflow: string;
+  version?: string;
+  input?: unknown;
+  execution_id?: string;
+}
+
+export function rowOf(s: ExecutionState, now: number): ExecutionRow {
+  return {
+    execution_id: s.execution_id,
+    run_id: s.run_id,
+    root_id: s.root_id,
+    parent_id: s.parent_id,
+    workflow: s.workflow,
+    version: s.version,
+    status: s.status,
+    input: s.input,
+    output: s.phase === "closed" ? s.output : null,
+    error: s.error,
+    created_ms: s.created_ms,
+    closed_ms: s.closed_ms,
+    updated_ms: now,
+    last_seq: s.last_seq,
+  };
+}
+
+/** The execution a task token belongs to (`<execution id>/<uuid>`). */
+export function executionOfToken(token: string): string | null {
+  const i = token.lastIndexOf("/");
+  if (i <= 0 || i === token.length - 1) return null;
+  return token.slice(0, i);
+}
+
+export class Executions {
+  readonly active = new Map<string, Active>();
+  #chains = new Map<string, Promise<unknown>>();
+  #waiters = new Map<string, Set<() => void>>();
+  #stopped = false;
+  observer: ExecutionObserver | null = null;
+
+  constructor(
+    readonly store: Store,
+    readonly committer: GroupCommitter,
+    readonly defs: Definitions,
+    readonly clock: Clock,
+    readonly metrics: Metrics,
+    readonly opts: { maxActive: number | null },
+  ) {}
+
+  /** Runs `fn` after every earlier operation on the same execution has finished. */
+  serial<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.#chains.get(id) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.then(() => {}, () => {});
+    this.#chains.set(id, tail);
+    tail.then(() => {
+      if (this.#chains.get(id) === tail) this.#chains.delete(id);
+    });
+    return next;
+  }
+
+  async start(req: StartRequest): Promise<{ created: boolean; row: ExecutionRow }> {
+    const id = req.execution_id ?? this.clock.newId();
+    if (!EXECUTION_ID_RE.test(id)) {
+      throw invalid(
+        "INVALID_EXECUTION_ID",
+        "execution_id must be 1-200 characters: letters, digits and _ . : @ + = - (no slash)",
+      );
+    }
+    const def = await this.defs.resolve(req.workflow, req.version);
+    if (def.input_schema) {
+      const problems = validateAgainst(def.input_schema, req.input ?? null, "$.input");
+      if (problems.length > 0) {
+        throw invalid("INPUT_INVALID", `input does not match the input_schema of ${def.name}`, {
+          problems,
+        });
+      }
+    }
+    return await this.serial(id, async () => {
+      const existing = await this.store.getExecution(id);
+      if (existing) return { created: false, row: existing };
+      if (this.opts.maxActive !== null && this.active.size >= this.opts.maxActive) {
+        throw new OrbitError(
+          429,
+          "TOO_MANY_ACTIVE_EXECUTIONS",
+          `this server runs ${this.active.size} executions, the limit of --max-active-executions; retry later`,
+          { limit: this.opts.maxActive, retry_after_s: 1 },
+          { "retry-after": "1" },
+        );
+      }
+      const now = this.clock.now();
+      const d = await decide(def, null, {
+        type: "start",
+        execution_id: id,
+        run_id: this.clock.newId(),
+        input: req.input ?? null,
+      }, { now, newId: this.clock.newId });
+      const row = rowOf(d.state, now);
+      try {
+        await this.committer.append({ row, events: d.events, create: true });
+      } catch (e) {
+        throw storageError(e);
+      }
+      this.metrics.executionsStarted.inc();
+      log.engine.info("execution started", {
+        execution_id: id,
+        workflow: def.name,
+        version: def.version,
+      });
+      this.#install(id, null, d.state, def, d.events);
+      return { created: true, row };
+    });
+  }
+
+  /**
+   * Runs a command on a running execution. Returns null when the execution is not running
+   * here (finished or unknown); `accepted` false when the command no longer applied.
+   */
+  command(id: string, cmd: Command): Promise<{ accepted: boolean; state: ExecutionState } | null> {
+    return this.serial(id, async () => {
+      const a = this.active.get(id);
+      if (!a) return null;
+      const now = this.clock.now();
+      const d = await decide(a.def, a.state, cmd, { now, newId: this.clock.newId });
+      if (d.events.length === 0) return { accepted: d.accepted, state: a.state };
+      try {
+        await this.committer.append({ row: rowOf(d.state, now), events: d.events });
+      } catch (e) {
+        // Memory stays as it was: the engine changes state only after a commit.
+        throw storageError(e);
+      }
+      this.#install(id, a.state, d.state, a.def, d.events);
+      return { accepted: d.accepted, state: d.state };
+    });
+  }
+
+  async cancel(id: string, reason: string): Promise<ExecutionRow> {
+    const r = await this.command(id, { type: "cancel", reason });
+    if (r === null) {
+      const row = await this.store.getExecution(id);
+      if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
+      if (row.status !== "running") {
+        throw conflict("EXECUTION_FINISHED", `execution ${id} is already ${row.status}`, {
+          status: row.status,
+        });
+      }
+      throw notFound("UNKNOWN_EXECUTION", `execution ${id} is not running on this server`);
+    }
+    return rowOf(r.state, this.clock.now());
+  }
+
+  /** Applies a worker's result; `accepted` false when the step no longer waits for it. */
+  async report(
+    token: string,
+    result: { output: unknown } | { error: ErrorInfo },
+  ): Promise<boolean> {
+    const id = executionOfToken(token);
+    if (id === null) {
+      throw invalid("INVALID_TOKEN", "a task token has the form <execution id>/<uuid>");
+    }
+    const cmd: Command = "error" in result
+      ? { type: "fail", token, error: result.error }
+      : { type: "complete", token, output: result.output };
+    const r = await this.command(id, cmd);
+    if (r === null) {
+      if (!(await this.store.getExecution(id))) {
+        throw notFound("UNKNOWN_TASK", `no execution ${id} for this task token`);
+      }
+      this.metrics.resultsIgnored.inc();
+      return false;
+    }
+    if (!r.accepted) this.metrics.resultsIgnored.inc();
+    else if ("error" in result) this.metrics.tasksFailed.inc();
+    else this.metrics.tasksSucceeded.inc();
+    return r.accepted;
+  }
+
+  /** Waits until the execution is no longer running, at most `ms`; returns its row. */
+  async wait(id: string, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
+    const row = await this.store.getExecution(id);
+    if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
+    if (row.status !== "running" || !this.active.has(id)) return row;
+    await new Promise<void>((resolve) => {
+      const set = this.#waiters.get(id) ?? new Set();
+      this.#waiters.set(id, set);
+      const done = () => {
+        clearTimeout(timer);
+        set.delete(done);
+        if (set.size === 0) this.#waiters.delete(id);
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      set.add(done);
+      signal?.addEventListener("abort", done);
+    });
+    return (await this.store.getExecution(id))!;
+  }
+
+  /** Loads every running execution from history (start-up). */
+  async recover(): Promise<{ executions: number; in_flight: number }> {
+    const loaded = await this.store.loadRunning();
+    let inFlight = 0;
+    for (const { row, events } of loaded) {
+      const def = await this.defs.get(row.workflow, row.version);
+      if (!def) {
+        log.engine.error("cannot recover execution: its definition is missing", {
+          execution_id: row.execution_id,
+          workflow: row.workflow,
+          version: row.version,
+        });
+        continue;
+      }
+      const state = replay(events);
+      inFlight += inFlightCount(state);
+      this.#install(row.execution_id, null, state, def, []);
+    }
+    return { executions: this.active.size, in_flight: inFlight };
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    for (const a of this.active.values()) for (const t of a.timers) clearTimeout(t);
+    for (const set of this.#waiters.values()) for (const w of [...set]) w();
+  }
+
+  #install(
+    id: string,
+    prev: ExecutionState | null,
+    next: ExecutionState,
+    def: WorkflowDoc,
+    events: readonly HistoryEvent[],
+  ): void {
+    const old = this.active.get(id);
+    if (old) { for (const t of old.timers) clearTimeout(t); }
+    if (next.phase === "closed") {
+      this.active.delete(id);
+      this.metrics.executionsClosed.inc({ status: next.status });
+      log.engine.info(`execution ${next.status}`, { execution_id: id });
+      const set = this.#waiters.get(id);
+      if (set) { for (const w of [...set]) w(); }
+    } else {
+      const entry: Active = { state: next, def, timers: [] };
+      this.active.set(id, entry);
+      if (!this.#stopped) {
+        for (const w of wakeups(next)) entry.timers.push(this.#arm(id, w.at, w.cmd));
+      }
+    }
+    this.observer?.installed(prev, next, events);
+  }
+
+  #arm(id: string, at: number, cmd: Command): ReturnType<typeof setTimeout> {
+    const delay = Math.max(0, Math.min(at - this.clock.now(), 2 ** 31 - 1));
+    return setTimeout(() => {
+      if (this.#stopped) return;
+      if (at > this.clock.now()) {
+        // Clock skew or a delay beyond setTimeout's range: look again later.
+        const entry = this.active.get(id);
+        entry?.timers.push(this.#arm(id, at, cmd));
+        return;
+      }
+      this.command(id, cmd).catch((e) => {
+        log.engine.error("timer command failed; retrying in 1 s", {
+          execution_id: id,
+          command: cmd.type,
+          error: (e as Error).message,
+        });
+        const entry = this.active.get(id);
+        entry?.timers.push(this.#arm(id, this.clock.now() + 1000, cmd));
+      });
+    }, delay);
+  }
+}

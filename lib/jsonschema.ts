@@ -1,0 +1,42 @@
+/**
+ * User-declared JSON Schemas (workflow `input_schema`, signal payloads), compiled once with
+ * Ajv and cached by their canonical text.
+ */
+import AjvModule from "ajv";
+
+// deno-lint-ignore no-explicit-any
+const Ajv = ((AjvModule as any).default ?? AjvModule) as any;
+const ajv = new Ajv({ allErrors: true, strict: false });
+// deno-lint-ignore no-explicit-any
+const cache = new Map<string, any>();
+
+export interface SchemaProblem {
+  path: string;
+  message: string;
+}
+
+// deno-lint-ignore no-explicit-any
+export function compileSchema(schema: unknown): any {
+  const key = JSON.stringify(schema);
+  let v = cache.get(key);
+  if (!v) {
+    v = ajv.compile(schema);
+    cache.set(key, v);
+  }
+  return v;
+}
+
+/** Validates a value; returns every problem with a JSON path rooted at `base`. */
+export function validateAgainst(schema: unknown, value: unknown, base = "$"): SchemaProblem[] {
+  const v = compileSchema(schema);
+  if (v(value)) return [];
+  // deno-lint-ignore no-explicit-any
+  return (v.errors ?? []).map((e: any) => ({
+    path: base +
+      String(e.instancePath ?? "").replace(
+        /\/([^/]+)/g,
+        (_m: string, p: string) => /^\d+$/.test(p) ? `[${p}]` : `.${p}`,
+      ),
+    message: e.message ?? "is invalid",
+  }));
+}

@@ -1,0 +1,84 @@
+/**
+ * Logging through LogTape. Text lines look like the reference page's
+ * (`2026-11-15T16:33:29.189807Z INFO orbit_runtime::cluster: message key=value`); `json`
+ * writes one JSON object a line. Categories are `["orbit_runtime", "<module>"]`.
+ */
+import {
+  configureSync,
+  getLogger,
+  type LogLevel,
+  type LogRecord,
+  resetSync,
+  type Sink,
+} from "@logtape/logtape";
+
+export type LogFormat = "text" | "json";
+
+const LEVEL: Record<LogLevel, string> = {
+  trace: "TRACE",
+  debug: "DEBUG",
+  info: "INFO",
+  warning: "WARN",
+  error: "ERROR",
+  fatal: "FATAL",
+};
+
+/** Fields the reference page prints in Debug form (quoted). */
+const QUOTED = new Set(["advertise_addr", "leader"]);
+
+function fieldValue(key: string, v: unknown): string {
+  if (typeof v === "string") return QUOTED.has(key) ? JSON.stringify(v) : v;
+  if (v === null || v === undefined) return "null";
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
+function messageText(r: LogRecord): string {
+  return r.message.map((p) => (typeof p === "string" ? p : fieldValue("", p))).join("");
+}
+
+export function formatText(r: LogRecord): string {
+  const ts = new Date(r.timestamp).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+  const fields = Object.entries(r.properties)
+    .map(([k, v]) => ` ${k}=${fieldValue(k, v)}`)
+    .join("");
+  return `${ts} ${LEVEL[r.level]} ${r.category.join("::")}: ${messageText(r)}${fields}\n`;
+}
+
+export function formatJson(r: LogRecord): string {
+  return JSON.stringify({
+    time: new Date(r.timestamp).toISOString(),
+    level: LEVEL[r.level],
+    target: r.category.join("::"),
+    message: messageText(r),
+    ...r.properties,
+  }) + "\n";
+}
+
+const encoder = new TextEncoder();
+
+function stderrSink(format: (r: LogRecord) => string): Sink {
+  return (r) => {
+    const bytes = encoder.encode(format(r));
+    let off = 0;
+    while (off < bytes.length) off += Deno.stderr.writeSync(bytes.subarray(off));
+  };
+}
+
+export function setupLogging(format: LogFormat, level: LogLevel): void {
+  resetSync();
+  configureSync({
+    sinks: { stderr: stderrSink(format === "json" ? formatJson : formatText) },
+    loggers: [
+      { category: ["orbit_runtime"], lowestLevel: level, sinks: ["stderr"] },
+      { category: ["logtape", "meta"], lowestLevel: "warning", sinks: ["stderr"] },
+    ],
+  });
+}
+
+export const log = {
+  server: getLogger(["orbit_runtime", "server"]),
+  engine: getLogger(["orbit_runtime", "engine"]),
+  cluster: getLogger(["orbit_runtime", "cluster"]),
+  store: getLogger(["orbit_runtime", "store"]),
+};

@@ -1,0 +1,423 @@
+/**
+ * Worker sessions, long polls and the task queue (SPEC §4).
+ *
+ * The queue is derived from execution state: a step whose status is `scheduled` is queued.
+ * `installed()` (called after every committed change) adds new ones and wakes waiting polls at
+ * once; a poll takes tasks synchronously (so two polls never take the same one) and then
+ * commits a StepDispatched for each, in one batch, before answering.
+ *
+ * Sessions live in memory. A session expires one --session-timeout after its last contact (a
+ * poll in progress counts as contact); its attempts become StepAttemptUncertain and are queued
+ * again with the same idempotency key. Attempts recovered from history whose worker has not
+ * been heard of ("orphans") get the same treatment one session timeout after the start, unless
+ * a heartbeat of a new session names their token first.
+ */
+import type { HistoryEvent } from "./engine/events.ts";
+import { type ExecutionState, liveTokens, queuedSteps } from "./engine/state.ts";
+import type { ExecutionObserver, Executions } from "./executions.ts";
+import { executionOfToken } from "./executions.ts";
+import { notFound } from "./errors.ts";
+import type { Metrics } from "./metrics.ts";
+import { log } from "./log.ts";
+
+export interface TaskRegistration {
+  name: string;
+  contract: string;
+  language?: string | undefined;
+}
+
+export interface Session {
+  session_id: string;
+  worker_id: string;
+  runtime: string;
+  tasks: TaskRegistration[];
+  concurrency: number;
+  created_ms: number;
+  last_contact_ms: number;
+  polling: number;
+  tokens: Set<string>;
+  cancel: Set<string>;
+  told: Set<string>;
+}
+
+export interface TaskPayload {
+  token: string;
+  execution_id: string;
+  step: string;
+  attempt: number;
+  task: string;
+  contract: string;
+  input: unknown;
+  idempotency_key: string;
+  redelivery: boolean;
+  deadline_ms: number | null;
+}
+
+interface Queued {
+  execution_id: string;
+  step: string;
+  attempt: number;
+  language: string | null;
+}
+
+const queuedId = (q: Queued) => `${q.execution_id}\u0000${q.step}\u0000${q.attempt}`;
+
+interface Waiter {
+  session: Session;
+  max: number;
+  resolve: (picked: Queued[]) => void;
+}
+
+const key = (task: string, contract: string) => `${task}\u0000${contract}`;
+
+export class Workers implements ExecutionObserver {
+  readonly sessions = new Map<string, Session>();
+  #queue = new Map<string, Queued[]>();
+  #queued = new Set<string>();
+  #waiters: Waiter[] = [];
+  #tokenSession = new Map<string, string>();
+  #orphans = new Map<string, number>();
+  #sweeper: ReturnType<typeof setInterval> | undefined;
+
+  constructor(
+    readonly executions: Executions,
+    readonly metrics: Metrics,
+    readonly opts: { sessionTimeoutMs: number; now: () => number; newId: () => string },
+  ) {
+    executions.observer = this;
+  }
+
+  start(): void {
+    this.#sweeper = setInterval(() => this.#sweep(), 250);
+  }
+
+  stop(): void {
+    clearInterval(this.#sweeper);
+    for (const w of this.#waiters.splice(0)) w.resolve([]);
+  }
+
+  register(
+    r: Omit<
+      Session,
+      "session_id" | "created_ms" | "last_contact_ms" | "polling" | "tokens" | "cancel" | "told"
+    >,
+  ): string {
+    const now = this.opts.now();
+    const s: Session = {
+      ...r,
+      session_id: this.opts.newId(),
+      created_ms: now,
+      last_contact_ms: now,
+      polling: 0,
+      tokens: new Set(),
+      cancel: new Set(),
+      told: new Set(),
+    };
+    this.sessions.set(s.session_id, s);
+    log.engine.info("worker registered", {
+      worker_id: r.worker_id,
+      runtime: r.runtime,
+      tasks: r.tasks.length,
+    });
+    return s.session_id;
+  }
+
+  #session(id: string): Session {
+    const s = this.sessions.get(id);
+    if (!s) {
+      throw notFound(
+        "UNKNOWN_SESSION",
+        `worker session ${id} is unknown or expired; register again`,
+      );
+    }
+    s.last_contact_ms = this.opts.now();
+    return s;
+  }
+
+  async poll(
+    sessionId: string,
+    max: number,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<TaskPayload[]> {
+    const s = this.#session(sessionId);
+    const started = performance.now();
+    s.polling++;
+    try {
+      max = Math.max(1, Math.min(max, s.concurrency));
+      let picked = this.#pick(s, max);
+      if (picked.length === 0 && waitMs > 0 && !signal?.aborted) {
+        picked = await new Promise<Queued[]>((resolve) => {
+          const w: Waiter = { session: s, max, resolve: (p) => finish(p) };
+          const finish = (p: Queued[]) => {
+            clearTimeout(timer);
+            signal?.removeEventListener("abort", onAbort);
+            const i = this.#waiters.indexOf(w);
+            if (i >= 0) this.#waiters.splice(i, 1);
+            resolve(p);
+          };
+          const onAbort = () => finish([]);
+          const timer = setTimeout(() => finish([]), waitMs);
+          signal?.addEventListener("abort", onAbort);
+          this.#waiters.push(w);
+        });
+      }
+      return await this.#dispatch(s, picked, signal);
+    } finally {
+      s.polling--;
+      s.last_contact_ms = this.opts.now();
+      this.metrics.pollLatency.observe((performance.now() - started) / 1000);
+    }
+  }
+
+  heartbeat(sessionId: string, tokens: string[]): string[] {
+    const s = this.#session(sessionId);
+    const cancel = new Set(s.cancel);
+    s.cancel.clear();
+    for (const t of tokens) {
+      if (
+        this.#orphans.delete(t) ||
+        (this.#tokenSession.has(t) && this.#tokenSession.get(t) !== s.session_id)
+      ) {
+        // A worker that registered again still runs this attempt: it now belongs to this session.
+        const old = this.sessions.get(this.#tokenSession.get(t) ?? "");
+        old?.tokens.delete(t);
+        this.#tokenSession.set(t, s.session_id);
+        s.tokens.add(t);
+      } else if (!this.#tokenSession.has(t) && !s.told.has(t)) {
+        cancel.add(t);
+      }
+    }
+    for (const t of cancel) s.told.add(t);
+    if (s.told.size > 10_000) s.told.clear();
+    return [...cancel];
+  }
+
+  async unregister(sessionId: string): Promise<void> {
+    const s = this.#session(sessionId);
+    this.sessions.delete(sessionId);
+    await this.#loseAttempts(s, `worker \`${s.worker_id}\` unregistered while holding the attempt`);
+  }
+
+  list() {
+    return [...this.sessions.values()].map((s) => ({
+      session_id: s.session_id,
+      worker_id: s.worker_id,
+      runtime: s.runtime,
+      tasks: s.tasks,
+      concurrency: s.concurrency,
+      created_ms: s.created_ms,
+      last_contact_ms: s.last_contact_ms,
+      in_flight: s.tokens.size,
+    }));
+  }
+
+  installed(
+    prev: ExecutionState | null,
+    next: ExecutionState,
+    events: readonly HistoryEvent[] = [],
+  ): void {
+    const now = this.opts.now();
+    // Tokens that died: tell their workers to cancel (except the one that reported).
+    const reported = new Set<string>();
+    for (const e of events) {
+      if ((e.type === "StepSucceeded" || e.type === "StepFailed") && e.token) reported.add(e.token);
+      if (e.type === "StepAttemptUncertain") {
+        this.metrics.tasksRedelivered.inc();
+        log.engine.warn("attempt outcome uncertain; redelivering", {
+          execution_id: next.execution_id,
+          step: e.step,
+          attempt: e.attempt,
+          reason: e.reason,
+        });
+      }
+    }
+    const live = new Set<string>();
+    for (const { token, info } of liveTokens(next)) {
+      live.add(token);
+      if (this.#tokenSession.has(token) || this.#orphans.has(token)) continue;
+      if (this.sessions.has(info.worker_session)) {
+        this.#tokenSession.set(token, info.worker_session);
+        this.sessions.get(info.worker_session)!.tokens.add(token);
+      } else {
+        this.#orphans.set(token, now + this.opts.sessionTimeoutMs);
+      }
+    }
+    if (prev) {
+      for (const { token } of liveTokens(prev)) {
+        if (live.has(token)) continue;
+        this.#orphans.delete(token);
+        const sid = this.#tokenSession.get(token);
+        this.#tokenSession.delete(token);
+        const s = sid ? this.sessions.get(sid) : undefined;
+        if (s) {
+          s.tokens.delete(token);
+          if (!reported.has(token)) s.cancel.add(token);
+        }
+      }
+    }
+    let added = false;
+    for (const st of queuedSteps(next)) {
+      const item = {
+        execution_id: next.execution_id,
+        step: st.id,
+        attempt: st.attempt,
+        language: st.language,
+      };
+      if (this.#queued.has(queuedId(item))) continue;
+      this.#queued.add(queuedId(item));
+      const k = key(st.task, st.contract);
+      let q = this.#queue.get(k);
+      if (!q) this.#queue.set(k, q = []);
+      q.push(item);
+      added = true;
+    }
+    if (added) this.#wake();
+  }
+
+  #wake(): void {
+    for (let i = 0; i < this.#waiters.length;) {
+      const w = this.#waiters[i]!;
+      const picked = this.#pick(w.session, w.max);
+      if (picked.length > 0) w.resolve(picked); // removes itself from #waiters
+      else i++;
+    }
+  }
+
+  /** Takes up to `max` queued tasks this session serves (synchronously: no double take). */
+  #pick(s: Session, max: number): Queued[] {
+    const out: Queued[] = [];
+    for (const reg of s.tasks) {
+      const q = this.#queue.get(key(reg.name, reg.contract));
+      if (!q) continue;
+      for (let i = 0; i < q.length && out.length < max;) {
+        const item = q[i]!;
+        const st = this.executions.active.get(item.execution_id)?.state.steps[item.step];
+        if (!st || st.status !== "scheduled" || st.attempt !== item.attempt) {
+          q.splice(i, 1);
+          this.#queued.delete(queuedId(item));
+          continue;
+        }
+        const lang = reg.language ?? s.runtime;
+        if (item.language !== null && item.language !== "any" && item.language !== lang) {
+          i++;
+          continue;
+        }
+        q.splice(i, 1);
+        this.#queued.delete(queuedId(item));
+        out.push(item);
+      }
+      if (out.length >= max) break;
+    }
+    return out;
+  }
+
+  async #dispatch(s: Session, picked: Queued[], signal?: AbortSignal): Promise<TaskPayload[]> {
+    if (picked.length === 0) return [];
+    if (signal?.aborted || !this.sessions.has(s.session_id)) {
+      this.#requeue(picked);
+      return [];
+    }
+    const results = await Promise.all(picked.map(async (q): Promise<TaskPayload | null> => {
+      const token = `${q.execution_id}/${this.opts.newId()}`;
+      try {
+        const r = await this.executions.command(q.execution_id, {
+          type: "dispatch",
+          step: q.step,
+          token,
+          worker_id: s.worker_id,
+          worker_session: s.session_id,
+        });
+        if (!r?.accepted) return null;
+        const st = r.state.steps[q.step]!;
+        this.metrics.tasksDispatched.inc();
+        return {
+          token,
+          execution_id: q.execution_id,
+          step: q.step,
+          attempt: st.attempt,
+          task: st.task,
+          contract: st.contract,
+          input: st.input,
+          idempotency_key: st.idempotency_key,
+          redelivery: st.redelivery,
+          deadline_ms: st.deadline_ms,
+        };
+      } catch (e) {
+        log.engine.error("dispatch failed; task stays queued", {
+          execution_id: q.execution_id,
+          step: q.step,
+          error: (e as Error).message,
+        });
+        this.#requeue([q]);
+        return null;
+      }
+    }));
+    const tasks = results.filter((t): t is TaskPayload => t !== null);
+    if (signal?.aborted) {
+      // The worker went away before it got the answer: it never saw these attempts.
+      for (const t of tasks) {
+        this.executions.command(t.execution_id, {
+          type: "uncertain",
+          token: t.token,
+          reason: `the poll of worker \`${s.worker_id}\` closed before the task was delivered`,
+        }).catch(() => {});
+      }
+      return [];
+    }
+    return tasks;
+  }
+
+  #requeue(items: Queued[]): void {
+    for (const q of items) {
+      const st = this.executions.active.get(q.execution_id)?.state.steps[q.step];
+      if (!st || st.status !== "scheduled" || st.attempt !== q.attempt) continue;
+      const k = key(st.task, st.contract);
+      if (this.#queued.has(queuedId(q))) continue;
+      this.#queued.add(queuedId(q));
+      let list = this.#queue.get(k);
+      if (!list) this.#queue.set(k, list = []);
+      list.unshift(q);
+    }
+    this.#wake();
+  }
+
+  async #loseAttempts(s: Session, reason: string): Promise<void> {
+    await Promise.all([...s.tokens].map(async (token) => {
+      const id = executionOfToken(token);
+      if (!id) return;
+      try {
+        await this.executions.command(id, { type: "uncertain", token, reason });
+      } catch (e) {
+        log.engine.error("cannot record an uncertain attempt", {
+          execution_id: id,
+          error: (e as Error).message,
+        });
+      }
+    }));
+  }
+
+  #sweep(): void {
+    const now = this.opts.now();
+    for (const s of [...this.sessions.values()]) {
+      if (s.polling > 0 || now - s.last_contact_ms <= this.opts.sessionTimeoutMs) continue;
+      this.sessions.delete(s.session_id);
+      log.engine.info("worker session expired", {
+        worker_id: s.worker_id,
+        session_id: s.session_id,
+      });
+      this.#loseAttempts(s, `worker \`${s.worker_id}\` stopped responding`);
+    }
+    for (const [token, expires] of [...this.#orphans]) {
+      if (expires > now) continue;
+      this.#orphans.delete(token);
+      const id = executionOfToken(token);
+      if (!id) continue;
+      this.executions.command(id, {
+        type: "uncertain",
+        token,
+        reason: "no worker reported the attempt within --session-timeout after this server started",
+      }).catch(() => this.#orphans.set(token, now + 1000));
+    }
+  }
+}

@@ -1,0 +1,113 @@
+/** Executions: start, read, list, history, wait, cancel, signals, queries. */
+import { Hono } from "hono";
+import { z } from "zod";
+import type { Runtime } from "../lib/runtime.ts";
+import { conflict, notFound, OrbitError } from "../lib/errors.ts";
+import { EXECUTION_STATUSES } from "../lib/engine/events.ts";
+import type { ExecutionRow } from "../lib/store/store.ts";
+import { body, intParam, query } from "./util.ts";
+
+const startSchema = z.object({
+  workflow: z.string().min(1).max(128),
+  version: z.string().min(1).max(64).optional(),
+  input: z.unknown().optional(),
+  execution_id: z.string().min(1).max(200).optional(),
+});
+const listQuery = z.object({
+  workflow: z.string().min(1).max(128).optional(),
+  status: z.enum(EXECUTION_STATUSES as [string, ...string[]]).optional(),
+  limit: intParam(1000).optional(),
+  cursor: z.string().max(1000).optional(),
+});
+const historyQuery = z.object({
+  after_seq: intParam(Number.MAX_SAFE_INTEGER).optional(),
+  limit: intParam(10_000).optional(),
+  run_id: z.string().max(200).optional(),
+});
+const waitQuery = z.object({
+  timeout_s: z.string().regex(/^\d+(\.\d+)?$/, "must be a number of seconds").transform(Number)
+    .pipe(z.number().max(300, "must be at most 300")).optional(),
+});
+const cancelSchema = z.object({ reason: z.string().max(10_000).optional() });
+const signalSchema = z.object({ payload: z.unknown().optional() });
+
+export function executionRoutes(rt: Runtime): Hono {
+  const app = new Hono();
+
+  async function load(id: string): Promise<ExecutionRow> {
+    const row = await rt.store.getExecution(id);
+    if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
+    return row;
+  }
+
+  app.post("/", async (c) => {
+    const r = await body(c, startSchema);
+    const { created, row } = await rt.executions.start(r);
+    return c.json(row, created ? 201 : 200);
+  });
+  app.get("/", async (c) => {
+    const q = query(c, listQuery);
+    try {
+      const page = await rt.store.listExecutions({
+        limit: q.limit ?? 100,
+        ...(q.workflow ? { workflow: q.workflow } : {}),
+        ...(q.status ? { status: q.status as ExecutionRow["status"] } : {}),
+        ...(q.cursor ? { cursor: q.cursor } : {}),
+      });
+      return c.json(page);
+    } catch (e) {
+      if (q.cursor) {
+        throw new OrbitError(400, "INVALID_CURSOR", "cursor is not one this server handed out");
+      }
+      throw e;
+    }
+  });
+  app.get("/:id", async (c) => c.json(await load(c.req.param("id"))));
+  app.get("/:id/history", async (c) => {
+    const q = query(c, historyQuery);
+    const row = await load(c.req.param("id"));
+    const limit = Math.max(1, q.limit ?? 1000);
+    const events = await rt.store.readHistory(q.run_id ?? row.run_id, q.after_seq ?? 0, limit + 1);
+    const more = events.length > limit;
+    if (more) events.length = limit;
+    return c.json({
+      execution_id: row.execution_id,
+      run_id: q.run_id ?? row.run_id,
+      events,
+      ...(more ? { next_after_seq: events.at(-1)!.seq } : {}),
+    });
+  });
+  app.get("/:id/wait", async (c) => {
+    const q = query(c, waitQuery);
+    const ms = (q.timeout_s ?? 30) * 1000;
+    return c.json(await rt.executions.wait(c.req.param("id"), ms, c.req.raw.signal));
+  });
+  app.post("/:id/cancel", async (c) => {
+    const r = await body(c, cancelSchema);
+    return c.json(
+      await rt.executions.cancel(c.req.param("id"), r.reason ?? "cancelled by request"),
+    );
+  });
+  app.post("/:id/signals/:name", async (c) => {
+    await body(c, signalSchema);
+    const row = await load(c.req.param("id"));
+    if (row.status !== "running") {
+      throw conflict(
+        "EXECUTION_FINISHED",
+        `execution ${row.execution_id} is already ${row.status}`,
+      );
+    }
+    throw notFound(
+      "UNKNOWN_SIGNAL",
+      `workflow ${row.workflow} ${row.version} declares no signal "${c.req.param("name")}"`,
+    );
+  });
+  app.get("/:id/queries/:name", async (c) => {
+    const row = await load(c.req.param("id"));
+    throw notFound(
+      "UNKNOWN_QUERY",
+      `workflow ${row.workflow} ${row.version} declares no query "${c.req.param("name")}"`,
+    );
+  });
+  return app;
+}

@@ -1,0 +1,22 @@
+/** `/v1/health`, `/v1/ready` (no credentials) and `/v1/metrics`. */
+import { Hono } from "hono";
+import type { Runtime } from "../lib/runtime.ts";
+
+export function systemRoutes(rt: Runtime): Hono {
+  const app = new Hono();
+  app.get("/v1/health", (c) => c.json(rt.health()));
+  app.get("/v1/ready", (c) => {
+    const r = rt.ready();
+    return c.json(r, r.ready ? 200 : 503);
+  });
+  return app;
+}
+
+export function metricsRoutes(rt: Runtime): Hono {
+  const app = new Hono();
+  app.get(
+    "/",
+    (c) => c.text(rt.renderMetrics(), 200, { "content-type": "text/plain; version=0.0.4" }),
+  );
+  return app;
+}

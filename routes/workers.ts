@@ -1,0 +1,58 @@
+/** The worker protocol (SPEC §4): register, poll, heartbeat, unregister, list. */
+import { Hono } from "hono";
+import { z } from "zod";
+import type { Runtime } from "../lib/runtime.ts";
+import { body } from "./util.ts";
+
+const sessionId = z.string().min(1).max(200);
+
+const registerSchema = z.object({
+  worker_id: z.string().min(1).max(200),
+  runtime: z.string().min(1).max(64).default("any"),
+  tasks: z.array(z.object({
+    name: z.string().min(1).max(200),
+    contract: z.string().min(1).max(64),
+    language: z.string().min(1).max(32).optional(),
+  })).min(1).max(1000),
+  concurrency: z.number().int().min(1).max(10_000).default(1),
+});
+const pollSchema = z.object({
+  session_id: sessionId,
+  max_tasks: z.number().int().min(1).max(1000).default(1),
+  wait_s: z.number().min(0).max(60).default(30),
+});
+const heartbeatSchema = z.object({
+  session_id: sessionId,
+  tokens: z.array(z.string().max(512)).max(10_000).default([]),
+});
+const unregisterSchema = z.object({ session_id: sessionId });
+
+export function workerRoutes(rt: Runtime): Hono {
+  const app = new Hono();
+  app.post("/register", async (c) => {
+    const r = await body(c, registerSchema);
+    const session_id = rt.workers.register(r);
+    return c.json({ session_id });
+  });
+  app.post("/poll", async (c) => {
+    const r = await body(c, pollSchema);
+    const tasks = await rt.workers.poll(
+      r.session_id,
+      r.max_tasks,
+      r.wait_s * 1000,
+      c.req.raw.signal,
+    );
+    return c.json({ tasks });
+  });
+  app.post("/heartbeat", async (c) => {
+    const r = await body(c, heartbeatSchema);
+    return c.json({ cancel: rt.workers.heartbeat(r.session_id, r.tokens) });
+  });
+  app.post("/unregister", async (c) => {
+    const r = await body(c, unregisterSchema);
+    await rt.workers.unregister(r.session_id);
+    return c.json({ ok: true });
+  });
+  app.get("/", (c) => c.json({ workers: rt.workers.list() }));
+  return app;
+}
