@@ -53,11 +53,13 @@ class Builder {
   readonly events: HistoryEvent[] = [];
   constructor(readonly state: ExecutionState, readonly ctx: Context) {}
   emit(body: EventBody): void {
+    // `seq, type, time_ms` first, so stored and served events read in that order.
+    const { type, ...fields } = body;
     const e = {
       seq: this.state.last_seq + 1,
-      type: body.type,
+      type,
       time_ms: this.ctx.now,
-      ...body,
+      ...fields,
     } as HistoryEvent;
     apply(this.state, e);
     this.events.push(e);

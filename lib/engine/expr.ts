@@ -84,10 +84,19 @@ export async function evaluate(template: unknown, scope: Scope): Promise<unknown
   return template;
 }
 
-/** JSONata results can carry sequence markers and non-plain arrays; make them plain JSON. */
+/** JSONata functions and lambdas are objects marked by a flag, not JS functions. */
+function isFunctionValue(v: unknown): boolean {
+  return typeof v === "function" ||
+    (v !== null && typeof v === "object" && ("_jsonata_function" in v || "_jsonata_lambda" in v));
+}
+
+/**
+ * JSONata results can carry sequence markers and non-plain arrays; make them plain JSON.
+ * Functions have no JSON form (a lambda is even circular), so they become null at any depth.
+ */
 function normalize(v: unknown): unknown {
-  if (typeof v === "function") return null;
+  if (isFunctionValue(v)) return null;
   if (typeof v === "number" && !Number.isFinite(v)) return null;
   if (v === null || typeof v !== "object") return v;
-  return JSON.parse(JSON.stringify(v));
+  return JSON.parse(JSON.stringify(v, (_k, x) => isFunctionValue(x) ? null : x));
 }

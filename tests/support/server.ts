@@ -22,6 +22,8 @@ export interface ServerOptions {
   env?: Record<string, string>;
   /** Script to run instead of main.ts (the bundle, for instance). */
   entry?: string;
+  /** Listen address (default 127.0.0.1:0, a free port). */
+  addr?: string;
   /** Wait for this log line before returning (default: the listening line). */
   readyLine?: RegExp;
 }
@@ -37,7 +39,7 @@ export async function startServer(o: ServerOptions): Promise<ServerProcess> {
     "--db",
     o.db,
     "--addr",
-    "127.0.0.1:0",
+    o.addr ?? "127.0.0.1:0",
     ...(o.args ?? []),
   ];
   const child = new Deno.Command(Deno.execPath(), {

@@ -1,0 +1,261 @@
+/**
+ * The HTTP transport shared by the worker and the client: JSON requests with a bearer token,
+ * `{"error": {...}}` answers turned into {@link OrbitApiError}, network failures into
+ * {@link OrbitConnectionError}. Uses only `fetch`, `AbortController` and `setTimeout`, so it
+ * runs on Deno, Node 20 and browsers.
+ *
+ * @module
+ */
+
+import { OrbitApiError, OrbitConnectionError } from "./errors.ts";
+
+/** Options of one request. */
+export interface RequestOptions {
+  body?: unknown;
+  query?: Record<string, string | number | boolean | undefined | null>;
+  /** Aborts the request; the promise then rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Give up after this long (an {@link OrbitConnectionError} "timed out after …"). */
+  timeoutMs?: number;
+}
+
+/** Connection settings shared by {@link Transport} users. */
+export interface ConnectionOptions {
+  /** Base URL of the ORBIT runtime, e.g. `http://127.0.0.1:7233`. */
+  server: string;
+  /** Bearer token sent as `authorization: Bearer <token>`. */
+  token?: string;
+  /** A `fetch` implementation (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+/** JSON over HTTP to one ORBIT runtime. */
+export class Transport {
+  readonly server: string;
+  readonly #token: string | undefined;
+  readonly #fetch: typeof fetch;
+
+  constructor(options: ConnectionOptions) {
+    if (!options.server) throw new TypeError("ORBIT: `server` (the runtime's URL) is required");
+    this.server = options.server.replace(/\/+$/, "");
+    this.#token = options.token;
+    this.#fetch = options.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  /** Sends one request and answers its parsed JSON body (`null` for an empty one). */
+  async request<T = unknown>(
+    method: string,
+    path: string,
+    options: RequestOptions = {},
+  ): Promise<T> {
+    const url = this.server + path + queryString(options.query);
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (this.#token) headers.authorization = `Bearer ${this.#token}`;
+    let body: string | undefined;
+    if (options.body !== undefined) {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(options.body);
+    }
+
+    const outer = options.signal;
+    if (outer?.aborted) throw outer.reason;
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(outer?.reason);
+    outer?.addEventListener("abort", onAbort, { once: true });
+    let timedOut = false;
+    const timer = options.timeoutMs === undefined ? undefined : setTimeout(() => {
+      timedOut = true;
+      controller.abort(new Error("timeout"));
+    }, options.timeoutMs);
+
+    const fail = (err: unknown): never => {
+      if (outer?.aborted) throw outer.reason;
+      if (timedOut) {
+        throw new OrbitConnectionError(
+          this.server,
+          `timed out after ${formatSeconds(options.timeoutMs ?? 0)}`,
+          { cause: err },
+        );
+      }
+      throw new OrbitConnectionError(this.server, networkReason(err), { cause: err });
+    };
+
+    try {
+      let res: Response;
+      try {
+        res = await this.#fetch(url, { method, headers, body, signal: controller.signal });
+      } catch (err) {
+        return fail(err);
+      }
+      let text: string;
+      try {
+        text = await res.text();
+      } catch (err) {
+        return fail(err);
+      }
+      let data: unknown = null;
+      let parsed = true;
+      if (text.length > 0) {
+        try {
+          data = JSON.parse(text);
+        } catch {
+          parsed = false;
+          data = text;
+        }
+      }
+      if (!res.ok) throw apiError(res, data, parsed, method, path);
+      if (!parsed) {
+        throw new OrbitApiError({
+          status: res.status,
+          code: "INVALID_RESPONSE",
+          message: `the ORBIT runtime answered ${method} ${path} with a body that is not JSON`,
+          body: data,
+          method,
+          path,
+        });
+      }
+      return data as T;
+    } finally {
+      if (timer !== undefined) clearTimeout(timer);
+      outer?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  get<T = unknown>(path: string, options?: RequestOptions): Promise<T> {
+    return this.request<T>("GET", path, options);
+  }
+
+  post<T = unknown>(path: string, body: unknown, options: RequestOptions = {}): Promise<T> {
+    return this.request<T>("POST", path, { ...options, body });
+  }
+}
+
+function apiError(
+  res: Response,
+  data: unknown,
+  parsed: boolean,
+  method: string,
+  path: string,
+): OrbitApiError {
+  const err = parsed && isObject(data) && isObject(data.error) ? data.error : undefined;
+  if (err) {
+    const { code, message, ...details } = err;
+    return new OrbitApiError({
+      status: res.status,
+      code: typeof code === "string" ? code : `HTTP_${res.status}`,
+      message: typeof message === "string" ? message : res.statusText || `HTTP ${res.status}`,
+      body: data,
+      details,
+      method,
+      path,
+    });
+  }
+  const text = typeof data === "string" ? data.trim().slice(0, 200) : "";
+  return new OrbitApiError({
+    status: res.status,
+    code: `HTTP_${res.status}`,
+    message: text || res.statusText || `HTTP ${res.status}`,
+    body: data,
+    method,
+    path,
+  });
+}
+
+function queryString(query: RequestOptions["query"]): string {
+  if (!query) return "";
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(query)) {
+    if (value !== undefined && value !== null) params.set(key, String(value));
+  }
+  const s = params.toString();
+  return s ? `?${s}` : "";
+}
+
+/** The innermost, most telling message of a failed `fetch`. */
+export function networkReason(err: unknown): string {
+  let cur: unknown = err;
+  let message = "";
+  for (let depth = 0; cur && depth < 8; depth++) {
+    if (cur instanceof Error || (isObject(cur) && typeof cur.message === "string")) {
+      const m = String((cur as { message: string }).message);
+      if (m) message = m;
+      cur = (cur as { cause?: unknown }).cause;
+    } else {
+      if (typeof cur === "string") message = cur;
+      break;
+    }
+  }
+  // Deno: "error sending request from … for http://… (…): client error (SendRequest): connection closed …"
+  const deno = /^error sending request\b.*?\): (?:client error \([^)]*\): )?(.+)$/s.exec(message);
+  if (deno?.[1]) message = deno[1];
+  return message || "unknown network error";
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** `0.2s`, `1.6s`, `5s`: how the SDK writes delays in log lines. */
+export function formatSeconds(ms: number): string {
+  const s = ms / 1000;
+  return `${Number(s.toFixed(s < 10 ? 1 : 0))}s`;
+}
+
+/** Resolves after `ms`, or rejects with the signal's reason as soon as it aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** Retry delays. */
+export interface BackoffOptions {
+  /** First delay (default 200 ms). */
+  initialMs?: number;
+  /** Largest delay (default 5000 ms). */
+  maxMs?: number;
+  /** Growth factor (default 2). */
+  factor?: number;
+  /** Random extra share of each delay, 0–1 (default 0.2). */
+  jitter?: number;
+}
+
+/** Exponential backoff with jitter: 200 ms, 400 ms, 800 ms … up to 5 s, each plus up to 20 %. */
+export class Backoff {
+  readonly #initial: number;
+  readonly #max: number;
+  readonly #factor: number;
+  readonly #jitter: number;
+  #attempt = 0;
+
+  constructor(options: BackoffOptions = {}) {
+    this.#initial = options.initialMs ?? 200;
+    this.#max = options.maxMs ?? 5000;
+    this.#factor = options.factor ?? 2;
+    this.#jitter = options.jitter ?? 0.2;
+  }
+
+  /** The next delay in milliseconds. */
+  next(): number {
+    const base = Math.min(this.#max, this.#initial * this.#factor ** this.#attempt);
+    this.#attempt++;
+    return Math.min(this.#max, Math.round(base * (1 + Math.random() * this.#jitter)));
+  }
+
+  reset(): void {
+    this.#attempt = 0;
+  }
+
+  get attempts(): number {
+    return this.#attempt;
+  }
+}

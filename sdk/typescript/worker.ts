@@ -1,0 +1,836 @@
+/**
+ * The ORBIT worker: registers the tasks it serves, long-polls for attempts, runs them with a
+ * concurrency limit, heartbeats, reports each result exactly once, and survives server
+ * restarts and failovers (every connection error and 5xx is retried with backoff; an unknown
+ * session is registered again).
+ *
+ * Uses only `fetch`, `AbortController`, `setTimeout` and `crypto.randomUUID`: it runs on
+ * Deno and Node 20 alike.
+ *
+ * @module
+ */
+
+import {
+  isRetryable,
+  isUnknownSession,
+  OrbitApiError,
+  OrbitConnectionError,
+  OrbitError,
+  TaskError,
+} from "./errors.ts";
+import { Backoff, type BackoffOptions, formatSeconds, sleep, Transport } from "./http.ts";
+import { consoleLogger, type Logger } from "./logger.ts";
+import { type TaskContext, type TaskDefinition, validate } from "./task.ts";
+
+// deno-lint-ignore no-explicit-any
+type AnyTask = TaskDefinition<any, any>;
+
+/** Options of a {@link Worker}. */
+export interface WorkerOptions {
+  /** Base URL of the ORBIT runtime (or of the load balancer in front of a cluster). */
+  server: string;
+  /** Bearer token. */
+  token?: string;
+  /** This worker's identity (the `worker_id` of registration and of the workers file). */
+  workerId: string;
+  /** Runtime reported at registration (default `typescript`). */
+  runtime?: string;
+  /** The tasks served. */
+  tasks: AnyTask[];
+  /** How many attempts run at once (default 8). */
+  concurrency?: number;
+  /** Long-poll wait in seconds, at most 60 (default 30). */
+  pollWaitS?: number;
+  /** Interval between heartbeats (default 2000 ms). */
+  heartbeatMs?: number;
+  /** Where log lines go (default: the console, level info). */
+  logger?: Logger;
+  /** Retry delays for connection errors and 5xx (default 200 ms doubling to 5 s, 20 % jitter). */
+  backoff?: BackoffOptions;
+  /** Timeout of every request but the long poll (default 30 s). */
+  requestTimeoutMs?: number;
+  /** A `fetch` implementation (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+/** Options of {@link Worker.stop}. */
+export interface StopOptions {
+  /**
+   * How long to wait for running tasks and the delivery of their results. When it passes, the
+   * tasks' signals are aborted and undelivered results are given up (the runtime redelivers
+   * those attempts after its session timeout). Default: wait as long as it takes.
+   */
+  timeoutMs?: number;
+}
+
+/** One attempt as the runtime hands it out (`POST /v1/workers/poll`). */
+export interface PolledTask {
+  token: string;
+  execution_id: string;
+  step: string;
+  attempt: number;
+  task: string;
+  contract: string;
+  input: unknown;
+  idempotency_key: string;
+  redelivery: boolean;
+  deadline_ms?: number | null;
+  [key: string]: unknown;
+}
+
+/** The error object of `POST /v1/tasks/fail`. */
+export interface TaskFailure {
+  code: string;
+  message: string;
+  retryable: boolean;
+  details: unknown;
+}
+
+type Outcome =
+  | { kind: "complete"; output: unknown }
+  | { kind: "fail"; error: TaskFailure };
+
+interface Inflight {
+  task: PolledTask;
+  controller: AbortController;
+  /** Why the signal was aborted, if it was. */
+  abortedBy?: "cancel" | "deadline" | "shutdown";
+  /** The handler has returned; only the result delivery is left. */
+  handlerDone: boolean;
+  done: Promise<void>;
+}
+
+/** The worker is stopping; thrown internally to unwind loops. */
+class Stopped extends Error {
+  constructor() {
+    super("worker stopped");
+    this.name = "Stopped";
+  }
+}
+
+/** The session was found unknown while a poll of it was held. */
+class SessionLost extends Error {
+  constructor() {
+    super("session lost");
+    this.name = "SessionLost";
+  }
+}
+
+type State = "new" | "starting" | "running" | "stopping" | "stopped";
+
+/** Serves tasks to an ORBIT runtime. See the module documentation. */
+export class Worker {
+  readonly workerId: string;
+  readonly runtime: string;
+  readonly concurrency: number;
+  readonly pollWaitS: number;
+  readonly heartbeatMs: number;
+  readonly logger: Logger;
+
+  readonly #transport: Transport;
+  readonly #tasks = new Map<string, AnyTask>();
+  readonly #taskList: AnyTask[];
+  readonly #backoff: BackoffOptions;
+  readonly #requestTimeoutMs: number;
+
+  #state: State = "new";
+  #session: string | null = null;
+  #registering: Promise<string> | null = null;
+  #registeredOnce = false;
+
+  /** Aborted when stop() begins: ends polling and backoff sleeps of the poll loop. */
+  readonly #stopping = new AbortController();
+  /** Aborted when the heartbeat loop must end (after the tasks are done). */
+  readonly #hbStop = new AbortController();
+  /** Aborted when a stop timeout passes: result deliveries give up. */
+  readonly #abandon = new AbortController();
+
+  readonly #inflight = new Map<string, Inflight>();
+  readonly #backlog: PolledTask[] = [];
+  #running = 0;
+  #wakeSlot: (() => void) | null = null;
+  #currentPoll: { sessionId: string; controller: AbortController } | null = null;
+
+  #pollLoop: Promise<void> = Promise.resolve();
+  #hbLoop: Promise<void> = Promise.resolve();
+  #stopPromise: Promise<void> | null = null;
+  #resolveDone!: () => void;
+  readonly #done: Promise<void>;
+
+  constructor(options: WorkerOptions) {
+    if (!options.workerId) throw new TypeError("Worker: `workerId` is required");
+    if (!Array.isArray(options.tasks) || options.tasks.length === 0) {
+      throw new TypeError("Worker: `tasks` must list at least one task definition");
+    }
+    this.workerId = options.workerId;
+    this.runtime = options.runtime ?? "typescript";
+    this.concurrency = Math.max(1, Math.floor(options.concurrency ?? 8));
+    this.pollWaitS = Math.min(60, Math.max(0, options.pollWaitS ?? 30));
+    this.heartbeatMs = Math.max(10, options.heartbeatMs ?? 2000);
+    this.logger = options.logger ?? consoleLogger();
+    this.#backoff = options.backoff ?? {};
+    this.#requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
+    this.#transport = new Transport({
+      server: options.server,
+      token: options.token,
+      fetch: options.fetch,
+    });
+    for (const task of options.tasks) {
+      const key = taskKey(task.name, task.contract);
+      if (this.#tasks.has(key)) {
+        throw new TypeError(`Worker: task ${task.name} contract ${task.contract} is listed twice`);
+      }
+      this.#tasks.set(key, task);
+    }
+    this.#taskList = [...options.tasks];
+    this.#done = new Promise((resolve) => (this.#resolveDone = resolve));
+  }
+
+  /** The runtime's URL. */
+  get server(): string {
+    return this.#transport.server;
+  }
+
+  /** The current session id, if registered. */
+  get sessionId(): string | null {
+    return this.#session;
+  }
+
+  /** Tokens of the attempts being run or reported. */
+  get runningTokens(): string[] {
+    return [...this.#inflight.keys()];
+  }
+
+  /** `new`, `starting`, `running`, `stopping` or `stopped`. */
+  get state(): State {
+    return this.#state;
+  }
+
+  /**
+   * Registers (retrying connection errors and 5xx until it succeeds) and starts polling and
+   * heartbeating; resolves once the worker is running. Rejects when the runtime refuses the
+   * registration (for example 401 or 403).
+   */
+  async start(): Promise<void> {
+    if (this.#state !== "new") throw new OrbitError(`Worker.start: the worker is ${this.#state}`);
+    this.#state = "starting";
+    try {
+      await this.#ensureSession();
+    } catch (err) {
+      if (err instanceof Stopped) return; // stop() was called while registering
+      this.#state = "stopped";
+      this.#hbStop.abort();
+      this.#resolveDone();
+      throw err;
+    }
+    if (this.#stopping.signal.aborted) return;
+    this.#state = "running";
+    this.#pollLoop = this.#runPollLoop();
+    this.#hbLoop = this.#runHeartbeatLoop();
+  }
+
+  /** Starts the worker (if it is not started yet) and resolves when it has stopped. */
+  async run(): Promise<void> {
+    if (this.#state === "new") await this.start();
+    await this.#done;
+  }
+
+  /** Resolves when the worker has stopped. */
+  get done(): Promise<void> {
+    return this.#done;
+  }
+
+  /**
+   * Graceful shutdown: stops polling, lets running tasks finish, reports their results, stops
+   * heartbeating and unregisters. Safe to call more than once.
+   */
+  stop(options: StopOptions = {}): Promise<void> {
+    if (this.#stopPromise) return this.#stopPromise;
+    if (this.#state === "stopped") return (this.#stopPromise = Promise.resolve());
+    if (this.#state === "new") {
+      this.#state = "stopped";
+      this.#resolveDone();
+      return (this.#stopPromise = Promise.resolve());
+    }
+    this.#state = "stopping";
+    this.#stopping.abort(new Stopped());
+    this.#wakeSlot?.();
+    this.#stopPromise = this.#shutdown(options);
+    return this.#stopPromise;
+  }
+
+  async #shutdown(options: StopOptions): Promise<void> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      if (this.#registering) await this.#registering.catch(() => {});
+      await this.#pollLoop;
+      if (this.#inflight.size > 0 || this.#backlog.length > 0) {
+        this.logger.info(`stopping: waiting for ${this.#inflight.size} running task(s)`);
+      }
+      const drained = this.#drained();
+      if (options.timeoutMs !== undefined) {
+        const timeout = new Promise<"timeout">((resolve) => {
+          timer = setTimeout(() => resolve("timeout"), options.timeoutMs);
+        });
+        if ((await Promise.race([drained, timeout])) === "timeout") {
+          this.logger.warn(
+            `stopping: ${this.#inflight.size} task(s) still running after ${
+              formatSeconds(options.timeoutMs)
+            }; abandoning them (the runtime redelivers them after its session timeout)`,
+          );
+          this.#backlog.length = 0;
+          for (const entry of this.#inflight.values()) this.#abort(entry, "shutdown");
+          this.#abandon.abort(new Stopped());
+          // Handlers that heed their signal end now; one that ignores it is not waited for.
+          const grace = new Promise<void>((resolve) => {
+            timer = setTimeout(resolve, 100);
+          });
+          await Promise.race([drained, grace]);
+        }
+      } else {
+        await drained;
+      }
+      this.#hbStop.abort(new Stopped());
+      await this.#hbLoop;
+      await this.#unregister();
+    } finally {
+      if (timer !== undefined) clearTimeout(timer);
+      this.#state = "stopped";
+      this.logger.info("worker stopped", { worker_id: this.workerId });
+      this.#resolveDone();
+    }
+  }
+
+  async #drained(): Promise<void> {
+    while (this.#inflight.size > 0 || this.#backlog.length > 0) {
+      this.#dispatchBacklog();
+      await Promise.allSettled([...this.#inflight.values()].map((e) => e.done));
+    }
+  }
+
+  // ---- session ------------------------------------------------------------------------
+
+  #ensureSession(): Promise<string> {
+    if (this.#session) return Promise.resolve(this.#session);
+    if (!this.#registering) {
+      this.#registering = this.#register().finally(() => (this.#registering = null));
+    }
+    return this.#registering;
+  }
+
+  async #register(): Promise<string> {
+    const body = {
+      worker_id: this.workerId,
+      runtime: this.runtime,
+      tasks: this.#taskList.map((t) => ({
+        name: t.name,
+        contract: t.contract,
+        ...(t.language ? { language: t.language } : {}),
+      })),
+      concurrency: this.concurrency,
+    };
+    const res = await this.#retrying(
+      "register",
+      this.#stopping.signal,
+      (signal) =>
+        this.#transport.post<{ session_id: string }>("/v1/workers/register", body, {
+          signal,
+          timeoutMs: this.#requestTimeoutMs,
+        }),
+      // Before the first success, a refusal (401, 403, 422) is the caller's to see.
+      () => this.#registeredOnce,
+    );
+    if (!res || typeof res.session_id !== "string") {
+      throw new OrbitApiError({
+        status: 200,
+        code: "INVALID_RESPONSE",
+        message: "register answered without a session_id",
+        body: res,
+      });
+    }
+    this.#session = res.session_id;
+    this.#registeredOnce = true;
+    this.logger.info(
+      `worker registered worker_id=${this.workerId} runtime=${this.runtime} tasks=${this.#taskList.length} session_id=${res.session_id}`,
+    );
+    return res.session_id;
+  }
+
+  #forgetSession(sessionId: string, op: string): void {
+    if (this.#session !== sessionId) return;
+    this.#session = null;
+    this.logger.warn(
+      `${op}: the runtime does not know session ${sessionId} (UNKNOWN_SESSION); registering again`,
+    );
+    // A long poll of that session is pointless now: end it, the loop registers and polls again.
+    if (this.#currentPoll?.sessionId === sessionId) {
+      this.#currentPoll.controller.abort(new SessionLost());
+    }
+  }
+
+  async #unregister(): Promise<void> {
+    const sessionId = this.#session;
+    if (!sessionId) return;
+    const backoff = new Backoff(this.#backoff);
+    for (let attempt = 1;; attempt++) {
+      try {
+        await this.#transport.post("/v1/workers/unregister", { session_id: sessionId }, {
+          timeoutMs: this.#requestTimeoutMs,
+        });
+        this.#session = null;
+        return;
+      } catch (err) {
+        if (isUnknownSession(err)) return;
+        if (isRetryable(err) && attempt < 4) {
+          const delay = backoff.next();
+          this.logger.warn(
+            `unregister failed: ${describe(err, this.server)}; retrying in ${formatSeconds(delay)}`,
+          );
+          await sleep(delay);
+          continue;
+        }
+        this.logger.warn(`unregister failed: ${describe(err, this.server)}; giving up`);
+        return;
+      }
+    }
+  }
+
+  // ---- polling ------------------------------------------------------------------------
+
+  #freeSlots(): number {
+    return this.concurrency - this.#running - this.#backlog.length;
+  }
+
+  async #waitForSlot(): Promise<void> {
+    while (this.#freeSlots() <= 0 && !this.#stopping.signal.aborted) {
+      await new Promise<void>((resolve) => (this.#wakeSlot = resolve));
+      this.#wakeSlot = null;
+    }
+  }
+
+  async #runPollLoop(): Promise<void> {
+    const backoff = new Backoff(this.#backoff);
+    const stop = this.#stopping.signal;
+    while (!stop.aborted) {
+      try {
+        await this.#waitForSlot();
+        if (stop.aborted) break;
+        const sessionId = await this.#ensureSession();
+        const maxTasks = this.#freeSlots();
+        let res: { tasks?: PolledTask[] } | null;
+        // Aborted by stop(), or when the session is found unknown elsewhere (a heartbeat).
+        const poll = new AbortController();
+        const onStop = () => poll.abort(stop.reason);
+        stop.addEventListener("abort", onStop, { once: true });
+        this.#currentPoll = { sessionId, controller: poll };
+        try {
+          res = await this.#transport.post<{ tasks?: PolledTask[] }>("/v1/workers/poll", {
+            session_id: sessionId,
+            max_tasks: maxTasks,
+            wait_s: this.pollWaitS,
+          }, { signal: poll.signal, timeoutMs: this.pollWaitS * 1000 + 15_000 });
+        } catch (err) {
+          if (isUnknownSession(err)) {
+            this.#forgetSession(sessionId, "poll");
+            continue;
+          }
+          if (err instanceof SessionLost && !stop.aborted) continue;
+          throw err;
+        } finally {
+          stop.removeEventListener("abort", onStop);
+          this.#currentPoll = null;
+        }
+        backoff.reset();
+        const tasks = Array.isArray(res?.tasks) ? res.tasks : [];
+        if (tasks.length > maxTasks) {
+          this.logger.warn(`poll answered ${tasks.length} tasks for max_tasks=${maxTasks}`);
+        }
+        for (const task of tasks) this.#accept(task);
+      } catch (err) {
+        if (err instanceof Stopped || stop.aborted) break;
+        const delay = backoff.next();
+        const level = isRetryable(err) ? "warn" : "error";
+        this.logger[level](
+          `poll failed: ${describe(err, this.server)}; retrying in ${formatSeconds(delay)}`,
+        );
+        try {
+          await sleep(delay, stop);
+        } catch {
+          break;
+        }
+      }
+    }
+  }
+
+  #accept(task: PolledTask): void {
+    if (!task || typeof task.token !== "string") {
+      this.logger.error("poll answered a task without a token; ignoring it", { task });
+      return;
+    }
+    if (this.#inflight.has(task.token) || this.#backlog.some((t) => t.token === task.token)) {
+      this.logger.debug(`task ${task.token} handed out again while it runs here; ignoring`);
+      return;
+    }
+    this.#backlog.push(task);
+    this.#dispatchBacklog();
+  }
+
+  #dispatchBacklog(): void {
+    while (this.#running < this.concurrency && this.#backlog.length > 0) {
+      const task = this.#backlog.shift()!;
+      this.#launch(task);
+    }
+  }
+
+  // ---- running tasks ------------------------------------------------------------------
+
+  #launch(task: PolledTask): void {
+    const controller = new AbortController();
+    const entry: Inflight = { task, controller, handlerDone: false, done: Promise.resolve() };
+    this.#inflight.set(task.token, entry);
+    this.#running++;
+    entry.done = (async () => {
+      let outcome: Outcome;
+      try {
+        outcome = await this.#execute(entry);
+      } catch (err) {
+        // #execute catches everything; this is a last resort.
+        outcome = { kind: "fail", error: failureFrom(err) };
+      } finally {
+        entry.handlerDone = true;
+        this.#running--;
+        this.#dispatchBacklog();
+        this.#wakeSlot?.();
+      }
+      try {
+        await this.#deliver(task, outcome);
+      } finally {
+        this.#inflight.delete(task.token);
+      }
+    })();
+  }
+
+  #abort(entry: Inflight, why: "cancel" | "deadline" | "shutdown"): void {
+    if (entry.controller.signal.aborted) return;
+    entry.abortedBy = why;
+    const message = why === "cancel"
+      ? "the ORBIT runtime cancelled this attempt"
+      : why === "deadline"
+      ? "the attempt's deadline passed"
+      : "the worker is shutting down";
+    const reason = new Error(message);
+    reason.name = "AbortError";
+    entry.controller.abort(reason);
+  }
+
+  async #execute(entry: Inflight): Promise<Outcome> {
+    const { task } = entry;
+    const def = this.#tasks.get(taskKey(task.task, task.contract));
+    this.logger.info("executing", {
+      execution_id: task.execution_id,
+      step: task.step,
+      attempt: task.attempt,
+      task: task.task,
+      redelivery: task.redelivery,
+    });
+    if (!def) {
+      return {
+        kind: "fail",
+        error: {
+          code: "UNKNOWN_TASK",
+          message:
+            `worker ${this.workerId} does not serve task ${task.task} contract ${task.contract}`,
+          retryable: true,
+          details: {},
+        },
+      };
+    }
+
+    const input = await validate(def.input, task.input);
+    if (!input.ok) {
+      return {
+        kind: "fail",
+        error: {
+          code: "INVALID_INPUT",
+          message: `invalid input for ${def.name}: ${input.message}`,
+          retryable: false,
+          details: { issues: input.issues },
+        },
+      };
+    }
+
+    const deadlineMs = deadlineOf(task.deadline_ms);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    if (deadlineMs !== undefined) {
+      const delay = deadlineMs - Date.now();
+      // A deadline far in the future needs no timer (and setTimeout overflows past ~24 days).
+      if (delay < 2 ** 31 - 1) {
+        timer = setTimeout(() => this.#abort(entry, "deadline"), Math.max(0, delay));
+      }
+    }
+    const ctx: TaskContext = {
+      token: task.token,
+      executionId: task.execution_id,
+      step: task.step,
+      attempt: task.attempt,
+      idempotencyKey: task.idempotency_key,
+      redelivery: Boolean(task.redelivery),
+      deadlineMs,
+      task: task.task,
+      contract: task.contract,
+      signal: entry.controller.signal,
+      logger: this.logger,
+    };
+
+    let raw: unknown;
+    try {
+      raw = await def.handler(input.value, ctx);
+    } catch (err) {
+      if (err instanceof TaskError) return { kind: "fail", error: failureFrom(err) };
+      if (entry.abortedBy === "cancel") {
+        return {
+          kind: "fail",
+          error: {
+            code: "CANCELLED",
+            message: `task cancelled by the ORBIT runtime: ${errorMessage(err)}`,
+            retryable: true,
+            details: {},
+          },
+        };
+      }
+      if (entry.abortedBy === "deadline") {
+        return {
+          kind: "fail",
+          error: {
+            code: "DEADLINE_EXCEEDED",
+            message: `the attempt's deadline passed: ${errorMessage(err)}`,
+            retryable: true,
+            details: {},
+          },
+        };
+      }
+      return { kind: "fail", error: failureFrom(err) };
+    } finally {
+      if (timer !== undefined) clearTimeout(timer);
+    }
+
+    const output = await validate(def.output, raw);
+    if (!output.ok) {
+      return {
+        kind: "fail",
+        error: {
+          code: "INVALID_OUTPUT",
+          message: `invalid output of ${def.name}: ${output.message}`,
+          retryable: false,
+          details: { issues: output.issues },
+        },
+      };
+    }
+    return { kind: "complete", output: output.value === undefined ? null : output.value };
+  }
+
+  /** Reports an attempt's result, retrying until it is delivered (or the worker gives up). */
+  async #deliver(task: PolledTask, outcome: Outcome): Promise<void> {
+    let current = outcome;
+    const backoff = new Backoff(this.#backoff);
+    const abandon = this.#abandon.signal;
+    for (;;) {
+      const path = current.kind === "complete" ? "/v1/tasks/complete" : "/v1/tasks/fail";
+      const body = current.kind === "complete"
+        ? { token: task.token, output: current.output }
+        : { token: task.token, error: current.error };
+      try {
+        const res = await this.#transport.post<{ accepted?: boolean } | null>(path, body, {
+          signal: abandon,
+          timeoutMs: this.#requestTimeoutMs,
+        });
+        if (res && res.accepted === false) {
+          this.logger.debug(
+            `result not accepted (the step already has one) token=${task.token} step=${task.step}`,
+          );
+        } else if (current.kind === "fail") {
+          this.logger.info("task failed", {
+            execution_id: task.execution_id,
+            step: task.step,
+            attempt: task.attempt,
+            code: current.error.code,
+          });
+        }
+        return;
+      } catch (err) {
+        if (abandon.aborted) {
+          this.logger.warn(`giving up reporting the result of ${task.token} (worker stopped)`);
+          return;
+        }
+        if (isRetryable(err)) {
+          const delay = backoff.next();
+          this.logger.warn(
+            `report result failed: ${describe(err, this.server)}; retrying in ${
+              formatSeconds(delay)
+            }`,
+          );
+          try {
+            await sleep(delay, abandon);
+          } catch {
+            this.logger.warn(`giving up reporting the result of ${task.token} (worker stopped)`);
+            return;
+          }
+          continue;
+        }
+        if (
+          current.kind === "complete" && err instanceof OrbitApiError &&
+          (err.status === 413 || err.status === 422)
+        ) {
+          this.logger.error(
+            `the runtime refused the output of ${task.token}: ${
+              describe(err, this.server)
+            }; reporting a failure instead`,
+          );
+          current = {
+            kind: "fail",
+            error: {
+              code: "OUTPUT_REJECTED",
+              message: `the runtime refused the output: ${err.code}: ${err.message}`,
+              retryable: false,
+              details: {},
+            },
+          };
+          continue;
+        }
+        this.logger.error(
+          `report result failed: ${
+            describe(err, this.server)
+          }; dropping the result of ${task.token}`,
+        );
+        return;
+      }
+    }
+  }
+
+  // ---- heartbeats ---------------------------------------------------------------------
+
+  async #runHeartbeatLoop(): Promise<void> {
+    const backoff = new Backoff(this.#backoff);
+    const stop = this.#hbStop.signal;
+    let delay = this.heartbeatMs;
+    while (!stop.aborted) {
+      try {
+        await sleep(delay, stop);
+      } catch {
+        break;
+      }
+      delay = this.heartbeatMs;
+      const sessionId = this.#session;
+      if (!sessionId) {
+        // The poll loop registers again; while stopping there is nothing to keep alive.
+        if (!this.#stopping.signal.aborted) this.#ensureSession().catch(() => {});
+        continue;
+      }
+      const tokens = [...this.#inflight.keys()];
+      try {
+        const res = await this.#transport.post<{ cancel?: string[] } | null>(
+          "/v1/workers/heartbeat",
+          { session_id: sessionId, tokens },
+          { signal: stop, timeoutMs: this.#requestTimeoutMs },
+        );
+        backoff.reset();
+        for (const token of res?.cancel ?? []) {
+          const entry = this.#inflight.get(token);
+          if (!entry || entry.handlerDone) continue;
+          this.logger.info(`task cancelled by the runtime token=${token} step=${entry.task.step}`);
+          this.#abort(entry, "cancel");
+        }
+      } catch (err) {
+        if (stop.aborted) break;
+        if (isUnknownSession(err)) {
+          this.#forgetSession(sessionId, "heartbeat");
+          if (!this.#stopping.signal.aborted) this.#ensureSession().catch(() => {});
+          delay = 0;
+          continue;
+        }
+        delay = backoff.next();
+        const level = isRetryable(err) ? "warn" : "error";
+        this.logger[level](
+          `heartbeat failed: ${describe(err, this.server)}; retrying in ${formatSeconds(delay)}`,
+        );
+      }
+    }
+  }
+
+  // ---- retries ------------------------------------------------------------------------
+
+  /**
+   * Runs `fn` until it succeeds, retrying connection errors and 5xx with backoff (and other
+   * errors too when `retryOthers()` says so). Rejects with {@link Stopped} when `signal` aborts.
+   */
+  async #retrying<T>(
+    op: string,
+    signal: AbortSignal,
+    fn: (signal: AbortSignal) => Promise<T>,
+    retryOthers: () => boolean = () => false,
+  ): Promise<T> {
+    const backoff = new Backoff(this.#backoff);
+    for (;;) {
+      if (signal.aborted) throw new Stopped();
+      try {
+        return await fn(signal);
+      } catch (err) {
+        if (signal.aborted) throw new Stopped();
+        const retryable = isRetryable(err);
+        if (!retryable && !retryOthers()) throw err;
+        const delay = backoff.next();
+        this.logger[retryable ? "warn" : "error"](
+          `${op} failed: ${describe(err, this.server)}; retrying in ${formatSeconds(delay)}`,
+        );
+        try {
+          await sleep(delay, signal);
+        } catch {
+          throw new Stopped();
+        }
+      }
+    }
+  }
+}
+
+function taskKey(name: string, contract: string): string {
+  return `${name}\u0000${contract}`;
+}
+
+/** `deadline_ms` is epoch milliseconds; small values are read as a duration from now. */
+function deadlineOf(value: unknown): number | undefined {
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) return undefined;
+  return value > 1e11 ? value : Date.now() + value;
+}
+
+function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  return String(err);
+}
+
+function failureFrom(err: unknown): TaskFailure {
+  if (err instanceof TaskError) {
+    return {
+      code: err.code,
+      message: err.message,
+      retryable: err.retryable,
+      details: err.details === undefined ? {} : err.details,
+    };
+  }
+  const details: Record<string, unknown> = {};
+  if (err instanceof Error) {
+    details.type = err.name;
+    if (err.stack) details.stack = err.stack.split("\n").slice(0, 12).join("\n");
+  } else {
+    details.type = typeof err;
+  }
+  return { code: "TASK_ERROR", message: errorMessage(err), retryable: true, details };
+}
+
+/** How a failed request reads in a log line. */
+function describe(err: unknown, server: string): string {
+  if (err instanceof OrbitConnectionError) return err.message;
+  if (err instanceof OrbitApiError) {
+    return `ORBIT runtime at ${server} answered ${err.status} ${err.code}: ${err.message}`;
+  }
+  return errorMessage(err);
+}
