@@ -35,10 +35,12 @@ export class GroupCommitter {
   }
 
   async #drain(): Promise<void> {
-    // Let appends made in the same turn of the event loop join the first batch.
-    await Promise.resolve();
     try {
       while (this.#pending.length > 0) {
+        // Yield one macrotask first: requests that are already readable get to run and queue
+        // their appends, so they share this commit (a synchronous driver such as SQLite would
+        // otherwise commit every request on its own).
+        await new Promise((r) => setTimeout(r, 0));
         const batch = this.#pending.splice(0, MAX_BATCH);
         await this.#commit(batch);
       }

@@ -71,7 +71,8 @@ export function rowOf(s: ExecutionState, now: number): ExecutionRow {
 export function executionOfToken(token: string): string | null {
   const i = token.lastIndexOf("/");
   if (i <= 0 || i === token.length - 1) return null;
-  return token.slice(0, i);
+  const id = token.slice(0, i);
+  return EXECUTION_ID_RE.test(id) ? id : null;
 }
 
 export class Executions {
@@ -158,14 +159,32 @@ export class Executions {
   /**
    * Runs a command on a running execution. Returns null when the execution is not running
    * here (finished or unknown); `accepted` false when the command no longer applied.
+   *
+   * `follow` may name a second command to decide on the state after the first one; its events
+   * are committed in the same append (eager dispatch of the next step to the worker that
+   * reported the previous one). `followed` tells whether it applied.
    */
-  command(id: string, cmd: Command): Promise<{ accepted: boolean; state: ExecutionState } | null> {
+  command(
+    id: string,
+    cmd: Command,
+    follow?: (s: ExecutionState) => Command | null,
+  ): Promise<{ accepted: boolean; state: ExecutionState; followed: boolean } | null> {
     return this.serial(id, async () => {
       const a = this.active.get(id);
       if (!a) return null;
       const now = this.clock.now();
-      const d = await decide(a.def, a.state, cmd, { now, newId: this.clock.newId });
-      if (d.events.length === 0) return { accepted: d.accepted, state: a.state };
+      const ctx = { now, newId: this.clock.newId };
+      let d = await decide(a.def, a.state, cmd, ctx);
+      let followed = false;
+      const next = d.accepted && follow ? follow(d.state) : null;
+      if (next) {
+        const d2 = await decide(a.def, d.state, next, ctx);
+        if (d2.accepted) {
+          d = { events: [...d.events, ...d2.events], state: d2.state, accepted: true };
+          followed = true;
+        }
+      }
+      if (d.events.length === 0) return { accepted: d.accepted, state: a.state, followed };
       try {
         await this.committer.append({ row: rowOf(d.state, now), events: d.events });
       } catch (e) {
@@ -173,7 +192,7 @@ export class Executions {
         throw storageError(e);
       }
       this.#install(id, a.state, d.state, a.def, d.events);
-      return { accepted: d.accepted, state: d.state };
+      return { accepted: d.accepted, state: d.state, followed };
     });
   }
 
@@ -192,11 +211,15 @@ export class Executions {
     return rowOf(r.state, this.clock.now());
   }
 
-  /** Applies a worker's result; `accepted` false when the step no longer waits for it. */
+  /**
+   * Applies a worker's result; `accepted` false when the step no longer waits for it. With
+   * `follow`, a dispatch decided on the new state is committed together with the result.
+   */
   async report(
     token: string,
     result: { output: unknown } | { error: ErrorInfo },
-  ): Promise<boolean> {
+    follow?: (s: ExecutionState) => Command | null,
+  ): Promise<{ accepted: boolean; state: ExecutionState | null; followed: boolean }> {
     const id = executionOfToken(token);
     if (id === null) {
       throw invalid("INVALID_TOKEN", "a task token has the form <execution id>/<uuid>");
@@ -204,18 +227,18 @@ export class Executions {
     const cmd: Command = "error" in result
       ? { type: "fail", token, error: result.error }
       : { type: "complete", token, output: result.output };
-    const r = await this.command(id, cmd);
+    const r = await this.command(id, cmd, follow);
     if (r === null) {
       if (!(await this.store.getExecution(id))) {
         throw notFound("UNKNOWN_TASK", `no execution ${id} for this task token`);
       }
       this.metrics.resultsIgnored.inc();
-      return false;
+      return { accepted: false, state: null, followed: false };
     }
     if (!r.accepted) this.metrics.resultsIgnored.inc();
     else if ("error" in result) this.metrics.tasksFailed.inc();
     else this.metrics.tasksSucceeded.inc();
-    return r.accepted;
+    return r;
   }
 
   /** Waits until the execution is no longer running, at most `ms`; returns its row. */

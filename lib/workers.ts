@@ -12,7 +12,8 @@
  * been heard of ("orphans") get the same treatment one session timeout after the start, unless
  * a heartbeat of a new session names their token first.
  */
-import type { HistoryEvent } from "./engine/events.ts";
+import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
+import type { Command } from "./engine/decide.ts";
 import { type ExecutionState, liveTokens, queuedSteps } from "./engine/state.ts";
 import type { ExecutionObserver, Executions } from "./executions.ts";
 import { executionOfToken } from "./executions.ts";
@@ -298,8 +299,7 @@ export class Workers implements ExecutionObserver {
           this.#queued.delete(queuedId(item));
           continue;
         }
-        const lang = reg.language ?? s.runtime;
-        if (item.language !== null && item.language !== "any" && item.language !== lang) {
+        if (!languageFits(item.language, reg, s)) {
           i++;
           continue;
         }
@@ -329,20 +329,8 @@ export class Workers implements ExecutionObserver {
           worker_session: s.session_id,
         });
         if (!r?.accepted) return null;
-        const st = r.state.steps[q.step]!;
         this.metrics.tasksDispatched.inc();
-        return {
-          token,
-          execution_id: q.execution_id,
-          step: q.step,
-          attempt: st.attempt,
-          task: st.task,
-          contract: st.contract,
-          input: st.input,
-          idempotency_key: st.idempotency_key,
-          redelivery: st.redelivery,
-          deadline_ms: st.deadline_ms,
-        };
+        return payload(r.state, q.step, token);
       } catch (e) {
         log.engine.error("dispatch failed; task stays queued", {
           execution_id: q.execution_id,
@@ -353,19 +341,69 @@ export class Workers implements ExecutionObserver {
         return null;
       }
     }));
-    const tasks = results.filter((t): t is TaskPayload => t !== null);
-    if (signal?.aborted) {
-      // The worker went away before it got the answer: it never saw these attempts.
-      for (const t of tasks) {
-        this.executions.command(t.execution_id, {
-          type: "uncertain",
-          token: t.token,
-          reason: `the poll of worker \`${s.worker_id}\` closed before the task was delivered`,
-        }).catch(() => {});
-      }
-      return [];
+    return this.#delivered(s, results.filter((t): t is TaskPayload => t !== null), signal);
+  }
+
+  /** When the worker went away before it got the answer, it never saw these attempts. */
+  #delivered(s: Session, tasks: TaskPayload[], signal?: AbortSignal): TaskPayload[] {
+    if (!signal?.aborted) return tasks;
+    for (const t of tasks) {
+      this.executions.command(t.execution_id, {
+        type: "uncertain",
+        token: t.token,
+        reason: `the request of worker \`${s.worker_id}\` closed before the task was delivered`,
+      }).catch(() => {});
     }
-    return tasks;
+    return [];
+  }
+
+  /**
+   * Applies a worker's result. When the worker names its session and `max_tasks`, it gets
+   * its next tasks in the same answer: a step of the same execution that the result made
+   * ready is dispatched in the same commit as the result (eager dispatch), further ones are
+   * taken from the queue. A result is applied even when the session has expired.
+   */
+  async report(
+    token: string,
+    result: { output: unknown } | { error: ErrorInfo },
+    take?: { sessionId: string; maxTasks: number },
+    signal?: AbortSignal,
+  ): Promise<{ accepted: boolean; tasks: TaskPayload[] }> {
+    const s = take && take.maxTasks > 0 ? this.sessions.get(take.sessionId) : undefined;
+    if (s) s.last_contact_ms = this.opts.now();
+    let eager: { step: string; token: string } | null = null;
+    const follow = s
+      ? (state: ExecutionState): Command | null => {
+        const st = queuedSteps(state).find((st) =>
+          s.tasks.some((reg) =>
+            reg.name === st.task && reg.contract === st.contract &&
+            languageFits(st.language, reg, s)
+          )
+        );
+        if (!st) return null;
+        eager = { step: st.id, token: `${state.execution_id}/${this.opts.newId()}` };
+        return {
+          type: "dispatch",
+          step: st.id,
+          token: eager.token,
+          worker_id: s.worker_id,
+          worker_session: s.session_id,
+        };
+      }
+      : undefined;
+    const r = await this.executions.report(token, result, follow);
+    const tasks: TaskPayload[] = [];
+    if (r.followed && r.state && eager) {
+      this.metrics.tasksDispatched.inc();
+      tasks.push(
+        payload(r.state, (eager as { step: string }).step, (eager as { token: string }).token),
+      );
+    }
+    const more = s ? Math.min(take!.maxTasks, s.concurrency) - tasks.length : 0;
+    if (s && more > 0 && this.sessions.has(s.session_id)) {
+      tasks.push(...await this.#dispatch(s, this.#pick(s, more), signal));
+    }
+    return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
   }
 
   #requeue(items: Queued[]): void {
@@ -420,4 +458,24 @@ export class Workers implements ExecutionObserver {
       }).catch(() => this.#orphans.set(token, now + 1000));
     }
   }
+}
+
+function languageFits(language: string | null, reg: TaskRegistration, s: Session): boolean {
+  return language === null || language === "any" || language === (reg.language ?? s.runtime);
+}
+
+function payload(state: ExecutionState, step: string, token: string): TaskPayload {
+  const st = state.steps[step]!;
+  return {
+    token,
+    execution_id: state.execution_id,
+    step,
+    attempt: st.attempt,
+    task: st.task,
+    contract: st.contract,
+    input: st.input,
+    idempotency_key: st.idempotency_key,
+    redelivery: st.redelivery,
+    deadline_ms: st.deadline_ms,
+  };
 }

@@ -3,10 +3,10 @@
  * authentication on everything but health and ready, a body size limit, and one error handler
  * that turns every failure into `{"error":{"code","message",…}}` with the right status.
  */
-import { Hono } from "hono";
-import { bearerAuth } from "hono/bearer-auth";
+import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { HTTPException } from "hono/http-exception";
+import { timingSafeEqual } from "hono/utils/buffer";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { OrbitError } from "../lib/errors.ts";
 import type { Runtime } from "../lib/runtime.ts";
@@ -29,6 +29,27 @@ function errorResponse(e: OrbitError): Response {
     status: e.status,
     headers: { "content-type": "application/json", ...e.headers },
   });
+}
+
+/**
+ * `Authorization: Bearer <token>`, compared in constant time. Every other header (none, another
+ * scheme, no token, a wrong one) is 401 UNAUTHORIZED: hono's bearerAuth answers 400 for a
+ * header it cannot parse.
+ */
+function bearer(token: string): MiddlewareHandler {
+  return async (c, next) => {
+    const m = /^Bearer +(\S+)$/i.exec(c.req.header("authorization") ?? "");
+    if (!m || !(await timingSafeEqual(token, m[1]!))) {
+      throw new OrbitError(
+        401,
+        "UNAUTHORIZED",
+        "missing or invalid bearer token (Authorization: Bearer <token>)",
+        {},
+        { "www-authenticate": 'Bearer realm="orbit"' },
+      );
+    }
+    await next();
+  };
 }
 
 export function createApp(rt: Runtime, opts: AppOptions): Hono {
@@ -60,6 +81,8 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
   app.route("/", systemRoutes(rt));
   if (opts.ui) app.route("/", uiRoutes());
 
+  // Credentials first: a client without them learns nothing, not even the body limit.
+  if (opts.token) app.use("/v1/*", bearer(opts.token));
   app.use(
     "/v1/*",
     bodyLimit({
@@ -76,7 +99,6 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
       },
     }),
   );
-  if (opts.token) app.use("/v1/*", bearerAuth({ token: opts.token }));
 
   app.route("/v1/workflows", workflowRoutes(rt));
   app.route("/v1/executions", executionRoutes(rt));

@@ -4,11 +4,19 @@ import { z } from "zod";
 import type { Runtime } from "../lib/runtime.ts";
 import { body } from "./util.ts";
 
-const token = z.string().min(3).max(512);
+// Its form (`<execution id>/<uuid>`) is checked by the runtime: 422 INVALID_TOKEN.
+const token = z.string();
 
-const completeSchema = z.object({ token, output: z.unknown().optional() });
+// Optional: a worker that names its session and max_tasks gets its next tasks in the answer.
+const take = {
+  session_id: z.string().min(1).max(200).optional(),
+  max_tasks: z.number().int().min(0).max(1000).optional(),
+};
+
+const completeSchema = z.object({ token, output: z.unknown().optional(), ...take });
 const failSchema = z.object({
   token,
+  ...take,
   error: z.object({
     code: z.string().min(1).max(200),
     message: z.string().max(100_000).default(""),
@@ -17,12 +25,19 @@ const failSchema = z.object({
   }),
 });
 
+function takeOf(r: { session_id?: string | undefined; max_tasks?: number | undefined }) {
+  return r.session_id && r.max_tasks
+    ? { sessionId: r.session_id, maxTasks: r.max_tasks }
+    : undefined;
+}
+
 export function taskRoutes(rt: Runtime): Hono {
   const app = new Hono();
   app.post("/complete", async (c) => {
     const r = await body(c, completeSchema);
-    const accepted = await rt.executions.report(r.token, { output: r.output ?? null });
-    return c.json({ accepted });
+    return c.json(
+      await rt.workers.report(r.token, { output: r.output ?? null }, takeOf(r), c.req.raw.signal),
+    );
   });
   app.post("/fail", async (c) => {
     const r = await body(c, failSchema);
@@ -34,8 +49,7 @@ export function taskRoutes(rt: Runtime): Hono {
     };
     if (r.error.retryable !== undefined) error.retryable = r.error.retryable;
     if (r.error.details !== undefined) error.details = r.error.details;
-    const accepted = await rt.executions.report(r.token, { error });
-    return c.json({ accepted });
+    return c.json(await rt.workers.report(r.token, { error }, takeOf(r), c.req.raw.signal));
   });
   return app;
 }

@@ -10,6 +10,64 @@ function problems(error: z.ZodError, base: string) {
   }));
 }
 
+/** Deepest nesting of arrays and objects a request body may have. */
+export const MAX_JSON_DEPTH = 256;
+
+/**
+ * The first thing in a parsed body that no store can keep or no engine code should walk: NUL
+ * characters (PostgreSQL's jsonb and text refuse U+0000), unpaired surrogates (jsonb refuses
+ * them too), nesting deeper than MAX_JSON_DEPTH (recursive code overflows its stack). Iterative,
+ * so the check itself cannot overflow. Refused the same way on every store.
+ */
+export function unstorable(value: unknown): { path: string; message: string } | null {
+  type Item = { v: unknown; depth: number; parent: Item | null; key: string | number };
+  const pathOf = (it: Item | null): string => {
+    const parts: string[] = [];
+    for (let p = it; p && p.parent; p = p.parent) {
+      parts.push(typeof p.key === "number" ? `[${p.key}]` : `.${p.key}`);
+    }
+    return "$" + parts.reverse().join("");
+  };
+  const stack: Item[] = [{ v: value, depth: 0, parent: null, key: "" }];
+  while (stack.length > 0) {
+    const it = stack.pop()!;
+    const v = it.v;
+    if (typeof v === "string") {
+      if (v.includes("\u0000")) {
+        return { path: pathOf(it), message: "must not contain U+0000 (NUL)" };
+      }
+      if (!v.isWellFormed()) {
+        return { path: pathOf(it), message: "must not contain unpaired UTF-16 surrogates" };
+      }
+    } else if (v !== null && typeof v === "object") {
+      if (it.depth >= MAX_JSON_DEPTH) {
+        return { path: pathOf(it), message: `nested deeper than ${MAX_JSON_DEPTH} levels` };
+      }
+      const entries: Array<[string | number, unknown]> = Array.isArray(v)
+        ? v.map((x, i) => [i, x])
+        : Object.entries(v);
+      for (const [k, x] of entries) {
+        if (typeof k === "string" && (k.includes("\u0000") || !k.isWellFormed())) {
+          return {
+            path: pathOf(it),
+            message: "keys must not contain U+0000 or unpaired surrogates",
+          };
+        }
+        stack.push({ v: x, depth: it.depth + 1, parent: it, key: k });
+      }
+    }
+  }
+  return null;
+}
+
+function checkStorable(raw: unknown): void {
+  const problem = unstorable(raw);
+  if (problem) {
+    const message = `request body breaks the contract: ${problem.path} ${problem.message}`;
+    throw new OrbitError(422, "INVALID_REQUEST", message, { problems: [problem] });
+  }
+}
+
 /** The request body as JSON checked against `schema`: 400 BAD_JSON, 422 INVALID_REQUEST. */
 export async function body<T extends z.ZodType>(c: Context, schema: T): Promise<z.infer<T>> {
   const text = await c.req.text();
@@ -25,6 +83,7 @@ export async function body<T extends z.ZodType>(c: Context, schema: T): Promise<
       );
     }
   }
+  checkStorable(raw);
   const r = schema.safeParse(raw);
   if (!r.success) {
     throw new OrbitError(422, "INVALID_REQUEST", "request body breaks the contract", {
@@ -37,8 +96,9 @@ export async function body<T extends z.ZodType>(c: Context, schema: T): Promise<
 /** The raw JSON body (for documents validated elsewhere). */
 export async function rawJson(c: Context): Promise<unknown> {
   const text = await c.req.text();
+  let raw: unknown;
   try {
-    return JSON.parse(text);
+    raw = JSON.parse(text);
   } catch (e) {
     throw new OrbitError(
       400,
@@ -46,6 +106,8 @@ export async function rawJson(c: Context): Promise<unknown> {
       `request body is not valid JSON: ${(e as Error).message}`,
     );
   }
+  checkStorable(raw);
+  return raw;
 }
 
 export function query<T extends z.ZodType>(c: Context, schema: T): z.infer<T> {

@@ -5,10 +5,13 @@ import type { Runtime } from "../lib/runtime.ts";
 import { body } from "./util.ts";
 
 const sessionId = z.string().min(1).max(200);
+// Logged and written to history: no control characters (a newline would forge log lines).
+const label = (max: number) =>
+  z.string().min(1).max(max).regex(/^\P{Cc}*$/u, "must not contain control characters");
 
 const registerSchema = z.object({
-  worker_id: z.string().min(1).max(200),
-  runtime: z.string().min(1).max(64).default("any"),
+  worker_id: label(200),
+  runtime: label(64).default("any"),
   tasks: z.array(z.object({
     name: z.string().min(1).max(200),
     contract: z.string().min(1).max(64),

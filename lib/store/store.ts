@@ -129,7 +129,8 @@ export function decodeListCursor(cursor: string): { created_ms: number; executio
     const value: unknown = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
     if (
       Array.isArray(value) && value.length === 2 && Number.isSafeInteger(value[0]) &&
-      typeof value[1] === "string"
+      // No execution id holds a NUL (PostgreSQL could not even compare it).
+      typeof value[1] === "string" && !value[1].includes("\u0000")
     ) {
       return { created_ms: value[0], execution_id: value[1] };
     }

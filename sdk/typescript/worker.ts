@@ -498,13 +498,24 @@ export class Worker {
         outcome = { kind: "fail", error: failureFrom(err) };
       } finally {
         entry.handlerDone = true;
+      }
+      // The slot stays held while the result's first delivery asks for the next task in the
+      // same request (eager dispatch); it is released as soon as that is settled.
+      let held = true;
+      const release = () => {
+        if (!held) return;
+        held = false;
         this.#running--;
         this.#dispatchBacklog();
         this.#wakeSlot?.();
-      }
+      };
+      if (this.#stopping.signal.aborted) release();
       try {
-        await this.#deliver(task, outcome);
+        const next = await this.#deliver(task, outcome, held ? release : null);
+        release();
+        for (const t of next) this.#accept(t);
       } finally {
+        release();
         this.#inflight.delete(task.token);
       }
     })();
@@ -629,21 +640,38 @@ export class Worker {
     return { kind: "complete", output: output.value === undefined ? null : output.value };
   }
 
-  /** Reports an attempt's result, retrying until it is delivered (or the worker gives up). */
-  async #deliver(task: PolledTask, outcome: Outcome): Promise<void> {
+  /**
+   * Reports an attempt's result, retrying until it is delivered (or the worker gives up).
+   * With `slot` (a held concurrency slot), the first request also asks for one next task
+   * (`session_id`, `max_tasks: 1`), which the runtime may hand out in its answer; `slot` is
+   * called to give the slot up before any retry. Returns the tasks the answer carried.
+   */
+  async #deliver(
+    task: PolledTask,
+    outcome: Outcome,
+    slot: (() => void) | null,
+  ): Promise<PolledTask[]> {
     let current = outcome;
     const backoff = new Backoff(this.#backoff);
     const abandon = this.#abandon.signal;
     for (;;) {
       const path = current.kind === "complete" ? "/v1/tasks/complete" : "/v1/tasks/fail";
+      const take = slot && this.#session && !this.#stopping.signal.aborted
+        ? { session_id: this.#session, max_tasks: 1 }
+        : {};
       const body = current.kind === "complete"
-        ? { token: task.token, output: current.output }
-        : { token: task.token, error: current.error };
+        ? { token: task.token, output: current.output, ...take }
+        : { token: task.token, error: current.error, ...take };
       try {
-        const res = await this.#transport.post<{ accepted?: boolean } | null>(path, body, {
-          signal: abandon,
-          timeoutMs: this.#requestTimeoutMs,
-        });
+        const res = await this.#transport.post<{ accepted?: boolean; tasks?: PolledTask[] } | null>(
+          path,
+          body,
+          {
+            signal: abandon,
+            timeoutMs: this.#requestTimeoutMs,
+          },
+        );
+        const next = "session_id" in take && Array.isArray(res?.tasks) ? res.tasks : [];
         if (res && res.accepted === false) {
           this.logger.debug(
             `result not accepted (the step already has one) token=${task.token} step=${task.step}`,
@@ -656,12 +684,15 @@ export class Worker {
             code: current.error.code,
           });
         }
-        return;
+        return next;
       } catch (err) {
         if (abandon.aborted) {
           this.logger.warn(`giving up reporting the result of ${task.token} (worker stopped)`);
-          return;
+          return [];
         }
+        // Retries do not hold a slot: the answer may take long while the runtime is away.
+        slot?.();
+        slot = null;
         if (isRetryable(err)) {
           const delay = backoff.next();
           this.logger.warn(
@@ -673,7 +704,7 @@ export class Worker {
             await sleep(delay, abandon);
           } catch {
             this.logger.warn(`giving up reporting the result of ${task.token} (worker stopped)`);
-            return;
+            return [];
           }
           continue;
         }
@@ -702,7 +733,7 @@ export class Worker {
             describe(err, this.server)
           }; dropping the result of ${task.token}`,
         );
-        return;
+        return [];
       }
     }
   }

@@ -4,7 +4,7 @@
  * history checks every end-to-end test makes.
  */
 import assert from "node:assert/strict";
-import { api } from "./server.ts";
+import { api, killOnExit } from "./server.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 export const ORDER_WORKFLOW = JSON.parse(
@@ -64,13 +64,7 @@ export function startOrderWorker(server: string, env: Record<string, string> = {
   };
 }
 
-globalThis.addEventListener("unload", () => {
-  for (const c of workers) {
-    try {
-      c.kill("SIGKILL");
-    } catch { /* gone */ }
-  }
-});
+killOnExit(workers);
 
 export function orderInput(id: string) {
   return { order_id: id, customer: `cust-${id}`, items: [{ sku: "sku-1", qty: 2, price: 9.5 }] };

@@ -22,6 +22,8 @@ export interface ServerOptions {
   env?: Record<string, string>;
   /** Script to run instead of main.ts (the bundle, for instance). */
   entry?: string;
+  /** Extra flags for `deno run` (e.g. `--cpu-prof`). */
+  denoArgs?: string[];
   /** Listen address (default 127.0.0.1:0, a free port). */
   addr?: string;
   /** Wait for this log line before returning (default: the listening line). */
@@ -34,6 +36,7 @@ export async function startServer(o: ServerOptions): Promise<ServerProcess> {
   const args = [
     "run",
     "-A",
+    ...(o.denoArgs ?? []),
     o.entry ?? MAIN,
     "server",
     "--db",
@@ -133,13 +136,27 @@ export async function killAllServers(): Promise<void> {
   }
 }
 
-globalThis.addEventListener("unload", () => {
-  for (const c of running) {
+/** Kills every child on exit, and on SIGTERM/SIGINT (which skip "unload"), so none is orphaned. */
+export function killOnExit(children: Set<Deno.ChildProcess>): void {
+  const killAll = () => {
+    for (const c of children) {
+      try {
+        c.kill("SIGKILL");
+      } catch { /* gone */ }
+    }
+  };
+  globalThis.addEventListener("unload", killAll);
+  for (const sig of ["SIGTERM", "SIGINT"] as const) {
     try {
-      c.kill("SIGKILL");
-    } catch { /* gone */ }
+      Deno.addSignalListener(sig, () => {
+        killAll();
+        Deno.exit(130);
+      });
+    } catch { /* signals unsupported here */ }
   }
-});
+}
+
+killOnExit(running);
 
 /** Polls `fn` until it returns a truthy value (a condition, not a sleep). */
 export async function waitFor<T>(

@@ -1,0 +1,365 @@
+/**
+ * The PostgreSQL store, on postgres.js: a pool of connections, every statement prepared (one
+ * round trip per call once a connection has seen it), `bigint` read back as JS numbers and
+ * JSON kept as `jsonb`. A commit is ONE autocommit statement whatever the batch size
+ * (`COMMIT` in `sql/postgres/queries.ts`).
+ *
+ * Fencing (several servers on one database): `opts.fence` returns the term this server leads,
+ * or null when it runs alone. With a term, the commit statement locks `orbit_cluster` FOR
+ * SHARE and writes only while the term is unchanged; otherwise nothing is written and
+ * `commit` throws FencedError. A new leader bumps the term with an UPDATE, which waits for
+ * every commit holding the share lock, so once its bump commits no old leader's write can land.
+ *
+ * Failure handling: postgres.js reconnects on its own, with the short backoff below, so after
+ * a server restart the next calls work again. A commit that fails with a connection error is
+ * ambiguous (it may have committed before the connection broke); see isTransientPostgresError.
+ *
+ * ```ts
+ * import { openPostgresStore } from "./postgres.ts";
+ * const store = await openPostgresStore("postgres://postgres@127.0.0.1:5432/orbit");
+ * await store.migrate();
+ * await store.close();
+ * ```
+ */
+import postgres from "postgres";
+import type { ExecutionStatus, HistoryEvent } from "../engine/events.ts";
+import * as q from "../../sql/postgres/queries.ts";
+import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/postgres/migrations.ts";
+import {
+  type AppendItem,
+  decodeListCursor,
+  type DefinitionRow,
+  DuplicateExecutionError,
+  encodeListCursor,
+  type ExecutionPage,
+  type ExecutionRow,
+  FencedError,
+  type ListExecutionsQuery,
+  type Store,
+} from "./store.ts";
+
+export interface PostgresStoreOptions {
+  /** The term this server leads, checked by every commit; null (or no fence) for none. */
+  fence?: () => number | null;
+  /** Pool size (default 10). */
+  max?: number;
+  /** The clock, for `applied_ms` of migrations (default Date.now). */
+  now?: () => number;
+}
+
+/** A row of `workflow_executions` as postgres.js returns it (jsonb parsed, bigint as number). */
+interface WorkflowExecutionsRecord extends Omit<ExecutionRow, "status"> {
+  status: string;
+}
+
+/** A row of `workflow_definitions` as postgres.js returns it. */
+type WorkflowDefinitionsRecord = DefinitionRow;
+
+/** One element of the commit's `$1`: an execution row and whether it is inserted. */
+interface CommitRowParam extends ExecutionRow {
+  is_create: boolean;
+}
+
+/** One element of the commit's `$2`. */
+interface CommitEventParam {
+  run_id: string;
+  execution_id: string;
+  data: HistoryEvent;
+}
+
+const FIRST_PAGE = { created_ms: Number.MAX_SAFE_INTEGER, execution_id: "" };
+
+/** Connection-level errors after which a new attempt may work (postgres.js and server codes). */
+const TRANSIENT_CODES = new Set([
+  "CONNECTION_CLOSED",
+  "CONNECTION_ENDED",
+  "CONNECTION_DESTROYED",
+  "CONNECT_TIMEOUT",
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "57P01", // admin_shutdown
+  "57P02", // crash_shutdown
+  "57P03", // cannot_connect_now (starting up, shutting down)
+  "53300", // too_many_connections
+  "40001", // serialization_failure
+  "40P01", // deadlock_detected
+]);
+
+/**
+ * The one place that decides which database errors are worth retrying. A commit that failed
+ * this way may still have committed: a retry then fails on the events' primary key, which
+ * the caller must treat as "already written" after re-reading the execution.
+ */
+export function isTransientPostgresError(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  return typeof code === "string" && (TRANSIENT_CODES.has(code) || code.startsWith("08"));
+}
+
+/**
+ * Builds the commit parameters. Several items of one execution become one row (the last
+ * one's, inserted if the first was a create): two CTEs of one statement must not write the
+ * same row. A create after another item of the same id in the batch is a duplicate, as it
+ * would be one statement later.
+ */
+function commitParams(items: AppendItem[]): { rows: CommitRowParam[]; events: CommitEventParam[] } {
+  const rows = new Map<string, CommitRowParam>();
+  const events: CommitEventParam[] = [];
+  for (const item of items) {
+    const id = item.row.execution_id;
+    const prev = rows.get(id);
+    if (prev && item.create) throw new DuplicateExecutionError(id);
+    rows.set(id, { ...item.row, is_create: prev ? prev.is_create : item.create === true });
+    for (const data of item.events) {
+      events.push({ run_id: item.row.run_id, execution_id: id, data });
+    }
+  }
+  return { rows: [...rows.values()], events };
+}
+
+/** Turns the commit statement's constraint errors into the store's errors. */
+function commitError(e: unknown, rows: CommitRowParam[]): unknown {
+  const pg = e as { code?: string; constraint_name?: string; detail?: string };
+  if (pg.code === "22P05") {
+    // jsonb has no representation for U+0000 in a string (SQLite's TEXT has).
+    return new Error(
+      "Cannot commit: a value contains the character U+0000 (\\u0000), which PostgreSQL jsonb " +
+        "cannot store; remove it from the input or output",
+      { cause: e },
+    );
+  }
+  if (pg.code !== "23505") return e;
+  if (pg.constraint_name === "workflow_executions_pkey") {
+    const id = /\(execution_id\)=\((.*)\) already exists/.exec(pg.detail ?? "")?.[1] ??
+      rows.find((r) => r.is_create)?.execution_id ?? "?";
+    return new DuplicateExecutionError(id);
+  }
+  if (pg.constraint_name === "execution_events_pkey") {
+    return new Error(
+      `Cannot commit: an event with this run and seq exists already (${pg.detail}); ` +
+        "another writer appended to the run",
+      { cause: e },
+    );
+  }
+  return e;
+}
+
+function toExecutionRow(r: WorkflowExecutionsRecord): ExecutionRow {
+  return {
+    execution_id: r.execution_id,
+    run_id: r.run_id,
+    root_id: r.root_id,
+    parent_id: r.parent_id,
+    workflow: r.workflow,
+    version: r.version,
+    status: r.status as ExecutionStatus,
+    input: r.input,
+    output: r.output,
+    error: r.error,
+    created_ms: r.created_ms,
+    closed_ms: r.closed_ms,
+    updated_ms: r.updated_ms,
+    last_seq: r.last_seq,
+  };
+}
+
+function toDefinitionRow(r: WorkflowDefinitionsRecord): DefinitionRow {
+  return {
+    name: r.name,
+    version: r.version,
+    ir: r.ir,
+    document: r.document,
+    hash: r.hash,
+    created_ms: r.created_ms,
+  };
+}
+
+class PostgresStore implements Store {
+  readonly kind = "postgres" as const;
+  readonly #sql: postgres.Sql;
+  readonly #fence: () => number | null;
+  readonly #now: () => number;
+
+  constructor(sql: postgres.Sql, opts: PostgresStoreOptions) {
+    this.#sql = sql;
+    this.#fence = opts.fence ?? (() => null);
+    this.#now = opts.now ?? Date.now;
+  }
+
+  /** Runs a named statement from `sql/postgres/queries.ts` as a prepared statement. */
+  async #query<T>(text: string, params: unknown[] = []): Promise<T[]> {
+    const rows = await this.#sql.unsafe(text, params as postgres.ParameterOrJSON<never>[], {
+      prepare: true,
+    });
+    return rows as unknown as T[];
+  }
+
+  async migrate(): Promise<void> {
+    await this.#sql.begin(async (tx) => {
+      // First, before even the migrations table exists: concurrent CREATE TABLE IF NOT
+      // EXISTS can fail on the catalog's unique index, and the lock orders everything.
+      await tx.unsafe(q.LOCK_MIGRATIONS);
+      await tx.unsafe(CREATE_MIGRATIONS_TABLE);
+      const applied = new Set(
+        (await tx.unsafe(q.SELECT_APPLIED_MIGRATIONS)).map((r) => Number(r.version)),
+      );
+      for (const m of MIGRATIONS) {
+        if (applied.has(m.version)) continue;
+        await tx.unsafe(m.sql); // no parameters: the simple protocol, several statements
+        await tx.unsafe(q.INSERT_MIGRATION, [m.version, this.#now()]);
+      }
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.#sql.end({ timeout: 5 });
+  }
+
+  async putDefinition(def: DefinitionRow): Promise<{ created: boolean; stored: DefinitionRow }> {
+    const [row] = await this.#query<WorkflowDefinitionsRecord & { created: boolean }>(
+      q.PUT_DEFINITION,
+      [def.name, def.version, def.ir, def.document, def.hash, def.created_ms],
+    );
+    if (row) return { created: row.created, stored: toDefinitionRow(row) };
+    // A concurrent insert of the same key won after this statement's snapshot was taken.
+    const stored = await this.getDefinition(def.name, def.version);
+    if (!stored) throw new Error(`Cannot read definition ${def.name}@${def.version} back`);
+    return { created: false, stored };
+  }
+
+  async getDefinition(name: string, version: string): Promise<DefinitionRow | null> {
+    const [r] = await this.#query<WorkflowDefinitionsRecord>(q.GET_DEFINITION, [name, version]);
+    return r ? toDefinitionRow(r) : null;
+  }
+
+  async listDefinitions(name?: string): Promise<DefinitionRow[]> {
+    const rows = name === undefined
+      ? await this.#query<WorkflowDefinitionsRecord>(q.LIST_DEFINITIONS)
+      : await this.#query<WorkflowDefinitionsRecord>(q.LIST_DEFINITIONS_BY_NAME, [name]);
+    return rows.map(toDefinitionRow);
+  }
+
+  async commit(items: AppendItem[]): Promise<void> {
+    if (items.length === 0) return;
+    const { rows, events } = commitParams(items);
+    const term = this.#fence();
+    let result: { term?: number | null }[];
+    try {
+      result = term === null
+        ? await this.#query(q.COMMIT, [rows, events])
+        : await this.#query(q.COMMIT_FENCED, [rows, events, term]);
+    } catch (e) {
+      throw commitError(e, rows);
+    }
+    if (term !== null) {
+      const current = result[0]?.term ?? null;
+      if (current !== term) {
+        throw new FencedError(
+          `fenced: this server led term ${term}, but the cluster is at term ${current}; ` +
+            "another server is the leader",
+        );
+      }
+    }
+  }
+
+  async getExecution(executionId: string): Promise<ExecutionRow | null> {
+    const [r] = await this.#query<WorkflowExecutionsRecord>(q.GET_EXECUTION, [executionId]);
+    return r ? toExecutionRow(r) : null;
+  }
+
+  async listExecutions(query: ListExecutionsQuery): Promise<ExecutionPage> {
+    const after = query.cursor ? decodeListCursor(query.cursor) : FIRST_PAGE;
+    const limit = Math.max(1, Math.floor(query.limit));
+    // One more row than asked tells whether another page exists.
+    const params: unknown[] = [after.created_ms, after.execution_id, limit + 1];
+    let text = q.LIST_EXECUTIONS;
+    if (query.workflow !== undefined && query.status !== undefined) {
+      text = q.LIST_EXECUTIONS_BY_WORKFLOW_AND_STATUS;
+      params.push(query.workflow, query.status);
+    } else if (query.workflow !== undefined) {
+      text = q.LIST_EXECUTIONS_BY_WORKFLOW;
+      params.push(query.workflow);
+    } else if (query.status !== undefined) {
+      text = q.LIST_EXECUTIONS_BY_STATUS;
+      params.push(query.status);
+    }
+    const rows = (await this.#query<WorkflowExecutionsRecord>(text, params)).map(toExecutionRow);
+    const executions = rows.slice(0, limit);
+    const last = executions[executions.length - 1];
+    return {
+      executions,
+      next_cursor: rows.length > limit && last ? encodeListCursor(last) : null,
+    };
+  }
+
+  async readHistory(runId: string, afterSeq: number, limit: number): Promise<HistoryEvent[]> {
+    const rows = await this.#query<{ data: HistoryEvent }>(q.READ_HISTORY, [
+      runId,
+      afterSeq,
+      Math.max(0, Math.floor(limit)),
+    ]);
+    return rows.map((r) => r.data);
+  }
+
+  async loadRunning(): Promise<Array<{ row: ExecutionRow; events: HistoryEvent[] }>> {
+    const rows = await this.#query<WorkflowExecutionsRecord & { events: HistoryEvent[] }>(
+      q.LOAD_RUNNING,
+    );
+    return rows.map((r) => ({ row: toExecutionRow(r), events: r.events }));
+  }
+
+  async countRunning(): Promise<number> {
+    const [r] = await this.#query<{ n: number }>(q.COUNT_RUNNING);
+    return r?.n ?? 0;
+  }
+}
+
+/** `host:port/database` of a URL, without credentials, for error messages. */
+function describeUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || 5432}${u.pathname}`;
+  } catch {
+    return "(unparsable URL)";
+  }
+}
+
+/**
+ * Connects to PostgreSQL at `url` (checked with one query, so a wrong URL fails here). Call
+ * `migrate()` before anything else on a new database.
+ */
+export async function openPostgresStore(
+  url: string,
+  opts: PostgresStoreOptions = {},
+): Promise<Store> {
+  const sql = postgres(url, {
+    max: opts.max ?? 10,
+    prepare: true,
+    // Reconnect fast after a restart or a failover: 50 ms, 100 ms, … at most 1 s (seconds).
+    backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
+    connect_timeout: 10,
+    // No array parameters of custom types: skip the pg_type query on every new connection.
+    fetch_types: false,
+    onnotice: () => {},
+    connection: { application_name: "orbit" },
+    types: {
+      // Every bigint column (times, seq, counts) is far below 2^53: read it as a JS number.
+      bigint: {
+        to: 20,
+        from: [20],
+        serialize: (x: number | bigint | string) => String(x),
+        parse: (x: string) => Number(x),
+      },
+    },
+  });
+  try {
+    await sql`SELECT 1`;
+  } catch (e) {
+    await sql.end({ timeout: 1 }).catch(() => {});
+    throw new Error(
+      `Cannot connect to PostgreSQL at ${describeUrl(url)}: ${(e as Error).message}`,
+      { cause: e },
+    );
+  }
+  return new PostgresStore(sql, opts);
+}

@@ -1,0 +1,128 @@
+import assert from "node:assert/strict";
+import postgres from "postgres";
+import { sharedPostgres } from "../../tests/support/pg.ts";
+import { isTransientPostgresError, openPostgresStore } from "./postgres.ts";
+import { FencedError, type Store } from "./store.ts";
+import { appendItem, createItem, runStoreConformance } from "./store_conformance.ts";
+
+const urls = new WeakMap<Store, string>();
+
+async function open(url?: string): Promise<Store> {
+  url ??= await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  urls.set(store, url);
+  return store;
+}
+
+runStoreConformance("postgres", () => open(), { reopen: (store) => open(urls.get(store)) });
+
+/** A plain client for what only a test does (moving the term, watching locks). */
+function client(url: string) {
+  return postgres(url, { max: 1, onnotice: () => {} });
+}
+
+Deno.test("postgres store: the fence rejects a commit after the term moves, writing nothing", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  let term: number | null = 0;
+  const store = await openPostgresStore(url, { fence: () => term });
+  const sql = client(url);
+  try {
+    await store.migrate();
+    const a = createItem("a");
+    await store.commit([a]);
+
+    await sql`UPDATE orbit_cluster SET term = 1 WHERE id = 1`;
+    await assert.rejects(store.commit([appendItem(a.row, 2), createItem("b")]), {
+      name: "FencedError",
+      message:
+        "fenced: this server led term 0, but the cluster is at term 1; another server is the leader",
+    });
+    assert.equal(await store.getExecution("b"), null);
+    assert.deepEqual(await store.getExecution("a"), a.row);
+    assert.deepEqual(await store.readHistory(a.row.run_id, 0, 10), a.events);
+
+    term = 1;
+    await store.commit([createItem("b")]);
+    term = null; // no fence: a single server writes whatever the term
+    await store.commit([createItem("c")]);
+    assert.equal((await store.getExecution("c"))?.execution_id, "c");
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+});
+
+Deno.test("postgres store: a commit waiting on a term bump sees the new term", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url, { fence: () => 0 });
+  const leader = client(url);
+  const watcher = client(url);
+  try {
+    await store.migrate();
+    let outcome: Promise<unknown> = Promise.resolve();
+    await leader.begin(async (tx) => {
+      // A new leader is half-way through its bump: the commit's FOR SHARE must wait for it.
+      await tx`SELECT term FROM orbit_cluster WHERE id = 1 FOR UPDATE`;
+      outcome = store.commit([createItem("late")]).then(() => null, (e) => e);
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const [row] = await watcher`SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'`;
+        if (row?.n > 0) break;
+        assert.ok(Date.now() < deadline, "the commit never waited for the cluster row");
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      await tx`UPDATE orbit_cluster SET term = 2 WHERE id = 1`;
+    });
+    const error = await outcome;
+    assert.ok(error instanceof FencedError, `expected FencedError, got ${error}`);
+    assert.equal(await store.getExecution("late"), null);
+  } finally {
+    await leader.end();
+    await watcher.end();
+    await store.close();
+  }
+});
+
+Deno.test("postgres store: commits work again soon after a server restart", async () => {
+  const pg = await sharedPostgres();
+  const store = await open();
+  try {
+    await store.migrate();
+    const a = createItem("a");
+    await store.commit([a]);
+    await pg.restart();
+    const next = appendItem(a.row, 1);
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        await store.commit([next]);
+        break;
+      } catch (e) {
+        assert.ok(isTransientPostgresError(e), `not a transient error: ${e}`);
+        assert.ok(Date.now() < deadline, `still failing after the restart: ${e}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    assert.deepEqual(await store.getExecution("a"), next.row);
+    assert.equal((await store.readHistory(a.row.run_id, 0, 10)).length, 2);
+  } finally {
+    await store.close();
+  }
+});
+
+Deno.test("postgres store: a U+0000 in a value fails the commit clearly and writes nothing", async () => {
+  const store = await open();
+  try {
+    await store.migrate();
+    await assert.rejects(
+      store.commit([createItem("ok"), createItem("nul", { input: "a\u0000b" })]),
+      {
+        message: /U\+0000/,
+      },
+    );
+    assert.equal(await store.getExecution("ok"), null);
+  } finally {
+    await store.close();
+  }
+});

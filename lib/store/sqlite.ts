@@ -1,0 +1,350 @@
+/**
+ * The SQLite store: one `node:sqlite` connection to a file in WAL mode with
+ * `synchronous = FULL`. Every statement is prepared once (on first use) and reused. A commit
+ * is one `BEGIN IMMEDIATE … COMMIT` for all of its items, so the caller's commit batching
+ * costs one WAL sync for many executions.
+ *
+ * The connection is synchronous: a method runs to its end before any other JS runs, so the
+ * statements of one call never interleave with another call's.
+ *
+ * ```ts
+ * import { openSqliteStore } from "./sqlite.ts";
+ * const store = await openSqliteStore("orbit.db");
+ * await store.migrate();
+ * console.log(await store.countRunning());
+ * await store.close();
+ * ```
+ */
+import { DatabaseSync, type StatementSync } from "node:sqlite";
+import type { ExecutionStatus, HistoryEvent } from "../engine/events.ts";
+import * as q from "../../sql/sqlite/queries.ts";
+import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/sqlite/migrations.ts";
+import {
+  type AppendItem,
+  decodeListCursor,
+  type DefinitionRow,
+  DuplicateExecutionError,
+  encodeListCursor,
+  type ExecutionPage,
+  type ExecutionRow,
+  type ListExecutionsQuery,
+  type Store,
+} from "./store.ts";
+
+type SqlValue = null | number | bigint | string | Uint8Array;
+type Params = Record<string, SqlValue>;
+
+/** A row of `workflow_executions` as SQLite returns it (JSON columns as TEXT). */
+interface WorkflowExecutionsRecord {
+  execution_id: string;
+  run_id: string;
+  root_id: string;
+  parent_id: string | null;
+  workflow: string;
+  version: string;
+  status: string;
+  input: string | null;
+  output: string | null;
+  error: string | null;
+  created_ms: number;
+  closed_ms: number | null;
+  updated_ms: number;
+  last_seq: number;
+}
+
+/** A row of `workflow_definitions` as SQLite returns it. */
+interface WorkflowDefinitionsRecord {
+  name: string;
+  version: string;
+  ir: string;
+  document: string;
+  hash: string;
+  created_ms: number;
+}
+
+/** A `first page` cursor: above every real row in (created_ms DESC, execution_id DESC). */
+const FIRST_PAGE = { created_ms: Number.MAX_SAFE_INTEGER, execution_id: "" };
+
+function toJson(value: unknown): string | null {
+  return value === undefined || value === null ? null : JSON.stringify(value);
+}
+
+function fromJson(text: string | null): unknown {
+  return text === null ? null : JSON.parse(text);
+}
+
+function executionParams(row: ExecutionRow): Params {
+  return {
+    execution_id: row.execution_id,
+    run_id: row.run_id,
+    root_id: row.root_id,
+    parent_id: row.parent_id ?? null,
+    workflow: row.workflow,
+    version: row.version,
+    status: row.status,
+    input: toJson(row.input),
+    output: toJson(row.output),
+    error: toJson(row.error),
+    created_ms: row.created_ms,
+    closed_ms: row.closed_ms ?? null,
+    updated_ms: row.updated_ms,
+    last_seq: row.last_seq,
+  };
+}
+
+function toExecutionRow(r: WorkflowExecutionsRecord): ExecutionRow {
+  return {
+    execution_id: r.execution_id,
+    run_id: r.run_id,
+    root_id: r.root_id,
+    parent_id: r.parent_id,
+    workflow: r.workflow,
+    version: r.version,
+    status: r.status as ExecutionStatus,
+    input: fromJson(r.input),
+    output: fromJson(r.output),
+    error: fromJson(r.error),
+    created_ms: r.created_ms,
+    closed_ms: r.closed_ms,
+    updated_ms: r.updated_ms,
+    last_seq: r.last_seq,
+  };
+}
+
+function toDefinitionRow(r: WorkflowDefinitionsRecord): DefinitionRow {
+  return {
+    name: r.name,
+    version: r.version,
+    ir: r.ir,
+    document: JSON.parse(r.document),
+    hash: r.hash,
+    created_ms: r.created_ms,
+  };
+}
+
+class SqliteStore implements Store {
+  readonly kind = "sqlite" as const;
+  readonly #db: DatabaseSync;
+  readonly #statements = new Map<string, StatementSync>();
+  readonly #now: () => number;
+
+  constructor(db: DatabaseSync, now: () => number) {
+    this.#db = db;
+    this.#now = now;
+  }
+
+  /** The prepared statement for `sql`, prepared on first use (tables exist after migrate). */
+  #stmt(sql: string): StatementSync {
+    let s = this.#statements.get(sql);
+    if (!s) {
+      s = this.#db.prepare(sql);
+      this.#statements.set(sql, s);
+    }
+    return s;
+  }
+
+  #all<T>(sql: string, params: Params = {}): T[] {
+    return this.#stmt(sql).all(params) as unknown as T[];
+  }
+
+  #get<T>(sql: string, params: Params = {}): T | undefined {
+    return this.#stmt(sql).get(params) as unknown as T | undefined;
+  }
+
+  /** Runs the synchronous `fn` so that a throw becomes a rejected promise, as callers expect. */
+  #run<T>(fn: () => T): Promise<T> {
+    try {
+      return Promise.resolve(fn());
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** Runs `fn` inside BEGIN (IMMEDIATE for writes); rolls back if it throws. */
+  #transaction<T>(begin: string, fn: () => T): T {
+    this.#db.exec(begin);
+    try {
+      const result = fn();
+      this.#db.exec(q.COMMIT);
+      return result;
+    } catch (e) {
+      if (this.#db.isTransaction) this.#db.exec(q.ROLLBACK);
+      throw e;
+    }
+  }
+
+  migrate(): Promise<void> {
+    // IMMEDIATE: a second process migrating the same file waits (busy_timeout), then sees
+    // every version recorded and applies nothing.
+    return this.#run(() =>
+      this.#transaction(q.BEGIN_IMMEDIATE, () => {
+        this.#db.exec(CREATE_MIGRATIONS_TABLE);
+        const applied = new Set(
+          this.#all<{ version: number }>(q.SELECT_APPLIED_MIGRATIONS).map((r) => r.version),
+        );
+        for (const m of MIGRATIONS) {
+          if (applied.has(m.version)) continue;
+          this.#db.exec(m.sql);
+          this.#stmt(q.INSERT_MIGRATION).run({ version: m.version, now: this.#now() });
+        }
+      })
+    );
+  }
+
+  close(): Promise<void> {
+    return this.#run(() => {
+      this.#statements.clear();
+      if (this.#db.isOpen) this.#db.close();
+    });
+  }
+
+  putDefinition(def: DefinitionRow): Promise<{ created: boolean; stored: DefinitionRow }> {
+    return this.#run(() => {
+      const { changes } = this.#stmt(q.INSERT_DEFINITION).run({
+        name: def.name,
+        version: def.version,
+        ir: def.ir,
+        document: JSON.stringify(def.document),
+        hash: def.hash,
+        created_ms: def.created_ms,
+      });
+      const stored = this.#get<WorkflowDefinitionsRecord>(q.GET_DEFINITION, {
+        name: def.name,
+        version: def.version,
+      });
+      if (!stored) throw new Error(`Cannot read definition ${def.name}@${def.version} back`);
+      return { created: Number(changes) === 1, stored: toDefinitionRow(stored) };
+    });
+  }
+
+  getDefinition(name: string, version: string): Promise<DefinitionRow | null> {
+    return this.#run(() => {
+      const r = this.#get<WorkflowDefinitionsRecord>(q.GET_DEFINITION, { name, version });
+      return r ? toDefinitionRow(r) : null;
+    });
+  }
+
+  listDefinitions(name?: string): Promise<DefinitionRow[]> {
+    return this.#run(() => {
+      const rows = name === undefined
+        ? this.#all<WorkflowDefinitionsRecord>(q.LIST_DEFINITIONS)
+        : this.#all<WorkflowDefinitionsRecord>(q.LIST_DEFINITIONS_BY_NAME, { name });
+      return rows.map(toDefinitionRow);
+    });
+  }
+
+  commit(items: AppendItem[]): Promise<void> {
+    if (items.length === 0) return Promise.resolve();
+    return this.#run(() =>
+      this.#transaction(q.BEGIN_IMMEDIATE, () => {
+        const insertEvent = this.#stmt(q.INSERT_EVENT);
+        for (const item of items) {
+          const params = executionParams(item.row);
+          if (item.create) {
+            const { changes } = this.#stmt(q.INSERT_EXECUTION).run(params);
+            if (Number(changes) !== 1) throw new DuplicateExecutionError(item.row.execution_id);
+          } else {
+            this.#stmt(q.UPSERT_EXECUTION).run(params);
+          }
+          for (const ev of item.events) {
+            insertEvent.run({
+              run_id: item.row.run_id,
+              seq: ev.seq,
+              execution_id: item.row.execution_id,
+              type: ev.type,
+              time_ms: ev.time_ms,
+              data: JSON.stringify(ev),
+            });
+          }
+        }
+      })
+    );
+  }
+
+  getExecution(executionId: string): Promise<ExecutionRow | null> {
+    return this.#run(() => {
+      const r = this.#get<WorkflowExecutionsRecord>(q.GET_EXECUTION, {
+        execution_id: executionId,
+      });
+      return r ? toExecutionRow(r) : null;
+    });
+  }
+
+  listExecutions(query: ListExecutionsQuery): Promise<ExecutionPage> {
+    return this.#run(() => {
+      const after = query.cursor ? decodeListCursor(query.cursor) : FIRST_PAGE;
+      const limit = Math.max(1, Math.floor(query.limit));
+      // One more row than asked tells whether another page exists.
+      const params: Params = { ...after, limit: limit + 1 };
+      let sql = q.LIST_EXECUTIONS;
+      if (query.workflow !== undefined && query.status !== undefined) {
+        sql = q.LIST_EXECUTIONS_BY_WORKFLOW_AND_STATUS;
+        Object.assign(params, { workflow: query.workflow, status: query.status });
+      } else if (query.workflow !== undefined) {
+        sql = q.LIST_EXECUTIONS_BY_WORKFLOW;
+        params.workflow = query.workflow;
+      } else if (query.status !== undefined) {
+        sql = q.LIST_EXECUTIONS_BY_STATUS;
+        params.status = query.status;
+      }
+      const rows = this.#all<WorkflowExecutionsRecord>(sql, params).map(toExecutionRow);
+      const executions = rows.slice(0, limit);
+      const last = executions[executions.length - 1];
+      return {
+        executions,
+        next_cursor: rows.length > limit && last ? encodeListCursor(last) : null,
+      };
+    });
+  }
+
+  readHistory(runId: string, afterSeq: number, limit: number): Promise<HistoryEvent[]> {
+    return this.#run(() =>
+      this.#all<{ data: string }>(q.READ_HISTORY, {
+        run_id: runId,
+        after_seq: afterSeq,
+        limit: Math.max(0, Math.floor(limit)),
+      }).map((r) => JSON.parse(r.data) as HistoryEvent)
+    );
+  }
+
+  loadRunning(): Promise<Array<{ row: ExecutionRow; events: HistoryEvent[] }>> {
+    // One read transaction: every history is from the same snapshot as its row.
+    return this.#run(() =>
+      this.#transaction(
+        q.BEGIN_DEFERRED,
+        () =>
+          this.#all<WorkflowExecutionsRecord>(q.LIST_RUNNING).map((r) => ({
+            row: toExecutionRow(r),
+            events: this.#all<{ data: string }>(q.READ_FULL_HISTORY, { run_id: r.run_id })
+              .map((e) => JSON.parse(e.data) as HistoryEvent),
+          })),
+      )
+    );
+  }
+
+  countRunning(): Promise<number> {
+    return this.#run(() => this.#get<{ n: number }>(q.COUNT_RUNNING)?.n ?? 0);
+  }
+}
+
+/**
+ * Opens (creating if needed) the SQLite file at `path` and sets its pragmas. Call
+ * `migrate()` before anything else on a new file.
+ */
+export function openSqliteStore(
+  path: string,
+  opts: { now?: () => number } = {},
+): Promise<Store> {
+  let db: DatabaseSync | null = null;
+  try {
+    db = new DatabaseSync(path);
+    db.exec(q.PRAGMAS);
+    return Promise.resolve(new SqliteStore(db, opts.now ?? Date.now));
+  } catch (e) {
+    if (db?.isOpen) db.close();
+    const error = new Error(`Cannot open SQLite database ${path}: ${(e as Error).message}`, {
+      cause: e,
+    });
+    return Promise.reject(error);
+  }
+}
