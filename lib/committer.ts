@@ -4,6 +4,7 @@
  * one (group commit). A batch that fails is retried item by item, so one bad append cannot fail
  * the others; a fenced store fails them all.
  */
+import { setImmediate } from "node:timers";
 import type { AppendItem, Store } from "./store/store.ts";
 import { FencedError } from "./store/store.ts";
 import type { Metrics } from "./metrics.ts";
@@ -18,35 +19,51 @@ const MAX_BATCH = 500;
 
 export class GroupCommitter {
   #pending: Pending[] = [];
-  #running: Promise<void> | null = null;
+  #inFlight = 0;
+  #scheduled = false;
+  #idle: Array<() => void> = [];
 
-  constructor(readonly store: Store, readonly metrics: Metrics) {}
+  /**
+   * `lanes`: how many commits may be in flight at once. One for SQLite (a single writer);
+   * a few for PostgreSQL, whose own group commit then shares WAL flushes between them. The
+   * appends of one execution never overlap (the shell serializes them), so lanes are safe.
+   */
+  constructor(readonly store: Store, readonly metrics: Metrics, readonly lanes = 1) {}
 
   append(item: AppendItem): Promise<void> {
     return new Promise((resolve, reject) => {
       this.#pending.push({ item, resolve, reject });
-      if (!this.#running) this.#running = this.#drain();
+      this.#schedule();
     });
   }
 
   /** Resolves when every append queued so far has been committed or refused. */
-  async idle(): Promise<void> {
-    while (this.#running) await this.#running;
+  idle(): Promise<void> {
+    if (this.#pending.length === 0 && this.#inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idle.push(resolve));
   }
 
-  async #drain(): Promise<void> {
-    try {
-      while (this.#pending.length > 0) {
-        // Yield one macrotask first: requests that are already readable get to run and queue
-        // their appends, so they share this commit (a synchronous driver such as SQLite would
-        // otherwise commit every request on its own).
-        await new Promise((r) => setTimeout(r, 0));
+  // Yield one macrotask before taking a batch: requests that are already readable get to run
+  // and queue their appends, so they share the commit (a synchronous driver such as SQLite
+  // would otherwise commit every request on its own). setImmediate, not setTimeout: chained
+  // timers are clamped to milliseconds.
+  #schedule(): void {
+    if (this.#scheduled || this.#inFlight >= this.lanes || this.#pending.length === 0) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      while (this.#pending.length > 0 && this.#inFlight < this.lanes) {
         const batch = this.#pending.splice(0, MAX_BATCH);
-        await this.#commit(batch);
+        this.#inFlight++;
+        this.#commit(batch).finally(() => {
+          this.#inFlight--;
+          this.#schedule();
+          if (this.#pending.length === 0 && this.#inFlight === 0) {
+            for (const r of this.#idle.splice(0)) r();
+          }
+        });
       }
-    } finally {
-      this.#running = null;
-    }
+    });
   }
 
   async #commit(batch: Pending[]): Promise<void> {

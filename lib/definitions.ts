@@ -22,6 +22,8 @@ function compareSemver(a: string, b: string): number {
 
 export class Definitions {
   #docs = new Map<string, WorkflowDoc>();
+  /** Highest deployed version per workflow name; dropped on every deploy of that name. */
+  #latest = new Map<string, string>();
 
   constructor(readonly store: Store, readonly now: () => number) {}
 
@@ -51,6 +53,7 @@ export class Definitions {
       );
     }
     this.#docs.set(`${doc.name}@${doc.version}`, stored.document as WorkflowDoc);
+    this.#latest.delete(doc.name);
     return { created, row: stored };
   }
 
@@ -78,9 +81,12 @@ export class Definitions {
       }
       return doc;
     }
+    const cached = this.#latest.get(name);
+    if (cached) return (await this.get(name, cached))!;
     const rows = await this.store.listDefinitions(name);
     if (rows.length === 0) throw notFound("UNKNOWN_WORKFLOW", `workflow ${name} is not deployed`);
     const latest = rows.map((r) => r.version).sort(compareSemver).at(-1)!;
+    this.#latest.set(name, latest);
     return (await this.get(name, latest))!;
   }
 

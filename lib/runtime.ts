@@ -31,7 +31,7 @@ export class Runtime {
 
   constructor(readonly store: Store, readonly opts: RuntimeOptions) {
     this.clock = opts.clock ?? systemClock;
-    this.committer = new GroupCommitter(store, this.metrics);
+    this.committer = new GroupCommitter(store, this.metrics, store.kind === "postgres" ? 4 : 1);
     this.definitions = new Definitions(store, this.clock.now);
     this.executions = new Executions(
       store,
