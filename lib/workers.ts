@@ -370,7 +370,6 @@ export class Workers implements ExecutionObserver {
     signal?: AbortSignal,
   ): Promise<{ accepted: boolean; tasks: TaskPayload[] }> {
     const s = take && take.maxTasks > 0 ? this.sessions.get(take.sessionId) : undefined;
-    if (s) s.last_contact_ms = this.opts.now();
     let eager: { step: string; token: string } | null = null;
     const follow = s
       ? (state: ExecutionState): Command | null => {
@@ -392,6 +391,8 @@ export class Workers implements ExecutionObserver {
       }
       : undefined;
     const r = await this.executions.report(token, result, follow);
+    // Only a report that was not refused (INVALID_TOKEN, UNKNOWN_TASK, …) counts as contact.
+    if (s) s.last_contact_ms = this.opts.now();
     const tasks: TaskPayload[] = [];
     if (r.followed && r.state && eager) {
       this.metrics.tasksDispatched.inc();
