@@ -1,3 +1,4 @@
+#!/usr/bin/env -S deno run -A --unstable-no-legacy-abort
 /**
  * `orbit`: the one binary. `orbit server …` runs the runtime; the other subcommands are the
  * client CLI (SPEC §7). This is the only module that reads `Deno.env`, parses flags and calls
@@ -8,59 +9,137 @@ import { ConfigError, parseServerConfig, type ServerConfig } from "./lib/config.
 import { log, setupLogging } from "./lib/log.ts";
 import { Runtime } from "./lib/runtime.ts";
 import { openStore } from "./lib/store/open.ts";
+import type { Store } from "./lib/store/store.ts";
+import { StandbyNode } from "./cluster/node.ts";
 import { createApp } from "./routes/app.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
+import { parseWorkersFile, type WorkersFile } from "./lib/workers_file.ts";
+
+/** `--node-id` default: $HOSTNAME, then /etc/hostname. */
+function hostName(): string {
+  const env = Deno.env.get("HOSTNAME");
+  if (env) return env;
+  try {
+    return Deno.readTextFileSync("/etc/hostname").trim() || Deno.hostname();
+  } catch {
+    return Deno.hostname();
+  }
+}
 
 function fail(message: string): never {
   console.error(`error: ${message}`);
   Deno.exit(2);
 }
 
+async function readOrFail(path: string, flag: string): Promise<string> {
+  try {
+    return await Deno.readTextFile(path);
+  } catch (e) {
+    fail(`cannot read ${flag} ${path}: ${(e as Error).message}`);
+  }
+}
+
+/** The workers file, checked before anything else starts (routes/worker_auth.ts uses it). */
+async function loadWorkersFile(path: string, clientToken: string | null): Promise<WorkersFile> {
+  const text = await readOrFail(path, "--workers-file");
+  try {
+    return parseWorkersFile(text, path, { clientToken });
+  } catch (e) {
+    if (e instanceof ConfigError) fail(e.message);
+    throw e;
+  }
+}
+
 async function runServer(cfg: ServerConfig): Promise<void> {
   setupLogging(cfg.logFormat, cfg.logLevel);
-  if (cfg.cluster) {
-    fail("--cluster is not available in this version yet; run a single server");
+  if (cfg.cluster && cfg.clusterMode === "shared") {
+    fail("--cluster-mode shared is not available in this version; use --cluster-mode standby");
   }
-  if (cfg.workersFile) {
-    fail("--workers-file is not available in this version yet");
-  }
+  const workers = cfg.workersFile ? await loadWorkersFile(cfg.workersFile, cfg.token) : null;
   let tls: { cert: string; key: string } | null = null;
   if (cfg.tlsCert && cfg.tlsKey) {
+    tls = {
+      cert: await readOrFail(cfg.tlsCert, "--tls-cert"),
+      key: await readOrFail(cfg.tlsKey, "--tls-key"),
+    };
+    // Parsed the way Deno.serve parses them, before the database opens: a file that is not a
+    // PEM certificate or key, or a key of another certificate, is one line, not a stack trace.
     try {
-      tls = {
-        cert: await Deno.readTextFile(cfg.tlsCert),
-        key: await Deno.readTextFile(cfg.tlsKey),
-      };
+      Deno.createHttpClient(tls).close();
     } catch (e) {
-      fail(`cannot read --tls-cert/--tls-key: ${(e as Error).message}`);
+      fail(
+        `cannot use --tls-cert ${cfg.tlsCert} with --tls-key ${cfg.tlsKey}: ${
+          (e as Error).message
+        }`,
+      );
     }
   }
   if (!cfg.token) {
     log.server.warn("no --token given: every client that can reach the address may use the API");
   }
-  let store;
-  try {
-    store = await openStore(cfg.db);
-  } catch (e) {
-    fail(
-      `cannot open database ${cfg.dbKind === "postgres" ? "(PostgreSQL)" : cfg.db}: ${
-        (e as Error).message
-      }`,
-    );
+  const open = async (term: number | null) => {
+    try {
+      return await openStore(cfg.db, term === null ? {} : { fence: () => term });
+    } catch (e) {
+      if (term !== null) throw e;
+      fail(
+        `cannot open database ${cfg.dbKind === "postgres" ? "(PostgreSQL)" : cfg.db}: ${
+          (e as Error).message
+        }`,
+      );
+    }
+  };
+  const runtime = (store: Store, readOnly: boolean, cluster: StandbyNode | null) =>
+    new Runtime(store, {
+      sessionTimeoutMs: cfg.sessionTimeoutMs,
+      maxActiveExecutions: cfg.maxActiveExecutions,
+      httpAllow: cfg.httpAllow,
+      cluster,
+      readOnly,
+    });
+  const appOptions = { token: cfg.token, maxBodyBytes: cfg.maxBodyBytes, ui: cfg.ui, workers };
+  if (workers) {
+    log.server.info("workers file loaded", { path: workers.path, workers: workers.workers.length });
   }
-  const rt = new Runtime(store, {
-    sessionTimeoutMs: cfg.sessionTimeoutMs,
-    maxActiveExecutions: cfg.maxActiveExecutions,
-  });
-  await rt.start();
-  const app = createApp(rt, { token: cfg.token, maxBodyBytes: cfg.maxBodyBytes, ui: cfg.ui });
+
+  // Standby mode is a strategy over the same runtime: cluster/node.ts swaps a fenced leader
+  // runtime in on election and out on step-down; a single server has one runtime.
+  let node: StandbyNode | null = null;
+  let single: Runtime | null = null;
+  let handler: (req: Request, info: Deno.ServeHandlerInfo) => Response | Promise<Response>;
+  if (cfg.cluster) {
+    const n: StandbyNode = node = new StandbyNode({
+      url: cfg.db,
+      nodeId: cfg.nodeId ?? hostName(),
+      openStore: (term) => open(term),
+      runtime: (store, readOnly) => runtime(store, readOnly, n),
+      app: (rt) => createApp(rt, { ...appOptions, gate: n }),
+    });
+    await n.open();
+    handler = n.fetch;
+  } else {
+    single = runtime(await open(null), false, null);
+    await single.start();
+    handler = createApp(single, appOptions).fetch;
+  }
   const server = Deno.serve({
     hostname: cfg.hostname,
     port: cfg.port,
     ...(tls ?? {}),
     onListen: ({ hostname, port }) => {
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+      const advertise = cfg.advertiseAddr ??
+        (["0.0.0.0", "::", "[::]"].includes(hostname)
+          ? null
+          : `${tls ? "https" : "http"}://${host}:${port}`);
+      if (node) {
+        log.cluster.info("cluster mode: standby until elected", {
+          node_id: node.nodeId,
+          advertise_addr: advertise,
+        });
+      }
+      queueMicrotask(() => node?.start(advertise));
       log.server.info("ORBIT runtime listening", {
         addr: `${host}:${port}`,
         tls: tls !== null,
@@ -77,7 +156,7 @@ async function runServer(cfg: ServerConfig): Promise<void> {
         },
       );
     },
-  }, app.fetch);
+  }, handler);
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -85,10 +164,12 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     stopping = true;
     log.server.info("shutting down; finishing in-flight appends", { signal });
     // Release long polls and waits first, so the listener can drain quickly.
+    const rt = node?.runtime ?? single!;
     rt.workers.stop();
     rt.executions.stop();
     await server.shutdown();
-    await rt.stop();
+    if (node) await node.stop();
+    else await single!.stop();
     log.server.info("stopped");
     Deno.exit(0);
   };

@@ -25,11 +25,16 @@ export class Definitions {
   /** Highest deployed version per workflow name; dropped on every deploy of that name. */
   #latest = new Map<string, string>();
 
-  constructor(readonly store: Store, readonly now: () => number) {}
+  /** `httpAllow`: the `--http-allow` patterns; deploy refuses literal http URLs outside them. */
+  constructor(
+    readonly store: Store,
+    readonly now: () => number,
+    readonly opts: { httpAllow?: readonly string[] } = {},
+  ) {}
 
   /** Deploys a document: `created` true on first deploy, false for an identical one (200). */
   async deploy(raw: unknown): Promise<{ created: boolean; row: DefinitionRow }> {
-    const v = validateWorkflow(raw);
+    const v = validateWorkflow(raw, { httpAllow: this.opts.httpAllow ?? [] });
     if (!v.ok) {
       throw invalid("INVALID_WORKFLOW", `workflow document has ${v.problems.length} problem(s)`, {
         problems: v.problems,

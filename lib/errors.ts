@@ -33,3 +33,21 @@ export function storageError(e: unknown): OrbitError {
   const msg = e instanceof Error ? e.message : String(e);
   return new OrbitError(500, "STORAGE_ERROR", `STORAGE_ERROR: ${msg}`);
 }
+
+/** 503 NOT_LEADER (reference page, "Standby behavior"): this server is a standby. */
+export class NotLeaderError extends OrbitError {
+  override name = "NotLeaderError";
+  constructor(leader: { node_id: string; addr: string | null } | null) {
+    super(
+      503,
+      "NOT_LEADER",
+      leader
+        ? `this server is a standby; the leader is \`${leader.node_id}\` at ${
+          leader.addr ?? "an unknown address"
+        }`
+        : "this server is a standby; no leader is elected yet",
+      { leader_node: leader?.node_id ?? null, leader_addr: leader?.addr ?? null },
+      { "retry-after": "1", ...(leader?.addr ? { "x-orbit-leader": leader.addr } : {}) },
+    );
+  }
+}

@@ -7,7 +7,7 @@
  * Commands for one execution run one at a time (a promise chain per id); commands for
  * different executions run concurrently and their appends share commits.
  */
-import { type Command, decide, wakeups } from "./engine/decide.ts";
+import { type Command, continuation, decide, wakeups } from "./engine/decide.ts";
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
 import type { WorkflowDoc } from "./engine/ir.ts";
 import { type ExecutionState, inFlightCount, replay } from "./engine/state.ts";
@@ -17,6 +17,7 @@ import type { ExecutionRow, Store } from "./store/store.ts";
 import { conflict, invalid, notFound, OrbitError, storageError } from "./errors.ts";
 import type { Metrics } from "./metrics.ts";
 import { validateAgainst } from "./jsonschema.ts";
+import { readRun } from "./signals.ts";
 import { log } from "./log.ts";
 
 export interface Clock {
@@ -80,7 +81,11 @@ export class Executions {
   #chains = new Map<string, Promise<unknown>>();
   #waiters = new Map<string, Set<() => void>>();
   #stopped = false;
+  /** Starts past the limit check whose first append has not committed yet. */
+  #starting = 0;
   observer: ExecutionObserver | null = null;
+  /** More observers (the HTTP adapter, the child coordinator), told after `observer`. */
+  readonly #observers: ExecutionObserver[] = [];
 
   constructor(
     readonly store: Store,
@@ -88,7 +93,7 @@ export class Executions {
     readonly defs: Definitions,
     readonly clock: Clock,
     readonly metrics: Metrics,
-    readonly opts: { maxActive: number | null },
+    readonly opts: { maxActive: number | null; readOnly?: boolean },
   ) {}
 
   /** Runs `fn` after every earlier operation on the same execution has finished. */
@@ -103,7 +108,16 @@ export class Executions {
     return next;
   }
 
-  async start(req: StartRequest): Promise<{ created: boolean; row: ExecutionRow }> {
+  /** Adds an observer of committed changes. */
+  addObserver(o: ExecutionObserver): void {
+    this.#observers.push(o);
+  }
+
+  /** `link`: the parent of a child execution (a `child` step), whose root it shares. */
+  async start(
+    req: StartRequest,
+    link?: { parent_id: string; root_id: string },
+  ): Promise<{ created: boolean; row: ExecutionRow }> {
     const id = req.execution_id ?? this.clock.newId();
     if (!EXECUTION_ID_RE.test(id)) {
       throw invalid(
@@ -123,36 +137,44 @@ export class Executions {
     return await this.serial(id, async () => {
       const existing = await this.store.getExecution(id);
       if (existing) return { created: false, row: existing };
-      if (this.opts.maxActive !== null && this.active.size >= this.opts.maxActive) {
+      // Starts of other ids run at the same time: those still committing hold a slot too.
+      const running = this.active.size + this.#starting;
+      if (this.opts.maxActive !== null && running >= this.opts.maxActive) {
         throw new OrbitError(
           429,
           "TOO_MANY_ACTIVE_EXECUTIONS",
-          `this server runs ${this.active.size} executions, the limit of --max-active-executions; retry later`,
+          `this server runs ${running} executions, the limit of --max-active-executions; retry later`,
           { limit: this.opts.maxActive, retry_after_s: 1 },
           { "retry-after": "1" },
         );
       }
-      const now = this.clock.now();
-      const d = await decide(def, null, {
-        type: "start",
-        execution_id: id,
-        run_id: this.clock.newId(),
-        input: req.input ?? null,
-      }, { now, newId: this.clock.newId });
-      const row = rowOf(d.state, now);
+      this.#starting++;
       try {
-        await this.committer.append({ row, events: d.events, create: true });
-      } catch (e) {
-        throw storageError(e);
+        const now = this.clock.now();
+        const d = await decide(def, null, {
+          type: "start",
+          execution_id: id,
+          run_id: this.clock.newId(),
+          input: req.input ?? null,
+          ...(link ?? {}),
+        }, { now, newId: this.clock.newId });
+        const row = rowOf(d.state, now);
+        try {
+          await this.committer.append({ row, events: d.events, create: true });
+        } catch (e) {
+          throw storageError(e);
+        }
+        this.metrics.executionsStarted.inc();
+        log.engine.info("execution started", {
+          execution_id: id,
+          workflow: def.name,
+          version: def.version,
+        });
+        this.#install(id, null, d.state, def, d.events);
+        return { created: true, row };
+      } finally {
+        this.#starting--;
       }
-      this.metrics.executionsStarted.inc();
-      log.engine.info("execution started", {
-        execution_id: id,
-        workflow: def.name,
-        version: def.version,
-      });
-      this.#install(id, null, d.state, def, d.events);
-      return { created: true, row };
     });
   }
 
@@ -168,7 +190,14 @@ export class Executions {
     id: string,
     cmd: Command,
     follow?: (s: ExecutionState) => Command | null,
-  ): Promise<{ accepted: boolean; state: ExecutionState; followed: boolean } | null> {
+  ): Promise<
+    {
+      accepted: boolean;
+      state: ExecutionState;
+      followed: boolean;
+      events: readonly HistoryEvent[];
+    } | null
+  > {
     return this.serial(id, async () => {
       const a = this.active.get(id);
       if (!a) return null;
@@ -184,7 +213,9 @@ export class Executions {
           followed = true;
         }
       }
-      if (d.events.length === 0) return { accepted: d.accepted, state: a.state, followed };
+      if (d.events.length === 0) {
+        return { accepted: d.accepted, state: a.state, followed, events: [] };
+      }
       try {
         await this.committer.append({ row: rowOf(d.state, now), events: d.events });
       } catch (e) {
@@ -192,7 +223,8 @@ export class Executions {
         throw storageError(e);
       }
       this.#install(id, a.state, d.state, a.def, d.events);
-      return { accepted: d.accepted, state: d.state, followed };
+      if (d.state.continued) await this.#continue(d.state, a.def);
+      return { accepted: d.accepted, state: d.state, followed, events: d.events };
     });
   }
 
@@ -242,10 +274,26 @@ export class Executions {
   }
 
   /** Waits until the execution is no longer running, at most `ms`; returns its row. */
+  /** A standby runs nothing: it re-reads the row every second until it closes or time is up. */
+  async #pollUntilClosed(row: ExecutionRow, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
+    const end = this.clock.now() + ms;
+    while ((row.status === "running" || row.status === "continued") && !signal?.aborted) {
+      const left = end - this.clock.now();
+      if (left <= 0) break;
+      await new Promise((r) => setTimeout(r, Math.min(1000, left)));
+      row = (await this.store.getExecution(row.execution_id)) ?? row;
+    }
+    return row;
+  }
+
   async wait(id: string, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
     const row = await this.store.getExecution(id);
     if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
-    if (row.status !== "running" || !this.active.has(id)) return row;
+    if (this.opts.readOnly) return await this.#pollUntilClosed(row, ms, signal);
+    // A continued run is followed by the next one: it is not the end.
+    if ((row.status !== "running" && row.status !== "continued") || !this.active.has(id)) {
+      return row;
+    }
     await new Promise<void>((resolve) => {
       const set = this.#waiters.get(id) ?? new Set();
       this.#waiters.set(id, set);
@@ -281,7 +329,60 @@ export class Executions {
       inFlight += inFlightCount(state);
       this.#install(row.execution_id, null, state, def, []);
     }
+    await this.#recoverContinued();
     return { executions: this.active.size, in_flight: inFlight };
+  }
+
+  /**
+   * Continue-as-new commits the run's end, then the next run's start. A crash between the
+   * two leaves the row `continued`: start the next run now, from the ended run's history.
+   */
+  async #recoverContinued(): Promise<void> {
+    let cursor: string | undefined;
+    do {
+      const page = await this.store.listExecutions({
+        status: "continued",
+        limit: 500,
+        ...(cursor ? { cursor } : {}),
+      });
+      for (const row of page.executions) {
+        const def = await this.defs.get(row.workflow, row.version);
+        if (!def) continue;
+        const ended = replay(await readRun(this.store, row.run_id));
+        await this.serial(row.execution_id, () => this.#continue(ended, def));
+      }
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor);
+  }
+
+  /** Starts the next run of a run that ended with continue-as-new (same execution id). */
+  async #continue(ended: ExecutionState, def: WorkflowDoc): Promise<void> {
+    const id = ended.execution_id;
+    const cmd = continuation(ended);
+    if (!cmd) return;
+    const now = this.clock.now();
+    const d = await decide(def, null, cmd, { now, newId: this.clock.newId });
+    try {
+      await this.committer.append({ row: rowOf(d.state, now), events: d.events });
+    } catch (e) {
+      // The row stays `continued`; this retries, and so does recovery after a restart.
+      log.engine.error("cannot start the next run after continue-as-new; retrying in 1 s", {
+        execution_id: id,
+        error: (e as Error).message,
+      });
+      if (!this.#stopped) {
+        setTimeout(() => {
+          if (!this.#stopped) this.serial(id, () => this.#continue(ended, def)).catch(() => {});
+        }, 1000);
+      }
+      return;
+    }
+    log.engine.info("execution continued as new", {
+      execution_id: id,
+      run_id: d.state.run_id,
+      run: d.state.run_number,
+    });
+    this.#install(id, null, d.state, def, d.events);
   }
 
   stop(): void {
@@ -303,7 +404,7 @@ export class Executions {
       this.active.delete(id);
       this.metrics.executionsClosed.inc({ status: next.status });
       log.engine.info(`execution ${next.status}`, { execution_id: id });
-      const set = this.#waiters.get(id);
+      const set = next.status === "continued" ? undefined : this.#waiters.get(id);
       if (set) { for (const w of [...set]) w(); }
     } else {
       const entry: Active = { state: next, def, timers: [] };
@@ -313,6 +414,7 @@ export class Executions {
       }
     }
     this.observer?.installed(prev, next, events);
+    for (const o of this.#observers) o.installed(prev, next, events);
   }
 
   #arm(id: string, at: number, cmd: Command): ReturnType<typeof setTimeout> {

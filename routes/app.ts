@@ -1,6 +1,7 @@
 /**
  * The HTTP application: one Hono app with the resource sub-apps mounted, bearer
- * authentication on everything but health and ready, a body size limit, and one error handler
+ * authentication on everything but health and ready (with a workers file, worker identities as
+ * `routes/worker_auth.ts` describes), a body size limit, and one error handler
  * that turns every failure into `{"error":{"code","message",…}}` with the right status.
  */
 import { Hono, type MiddlewareHandler } from "hono";
@@ -10,18 +11,26 @@ import { timingSafeEqual } from "hono/utils/buffer";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { OrbitError } from "../lib/errors.ts";
 import type { Runtime } from "../lib/runtime.ts";
+import type { WorkersFile } from "../lib/workers_file.ts";
+import { clusterGate, type GateView } from "./gate.ts";
 import { log } from "../lib/log.ts";
 import { metricsRoutes, systemRoutes } from "./system.ts";
 import { workflowRoutes } from "./workflows.ts";
 import { executionRoutes } from "./executions.ts";
 import { workerRoutes } from "./workers.ts";
 import { taskRoutes } from "./tasks.ts";
+import { scheduleRoutes } from "./schedules.ts";
 import { uiRoutes } from "./ui.ts";
+import { unauthorized, WORKER_ROUTES, workerAuth } from "./worker_auth.ts";
 
 export interface AppOptions {
   token: string | null;
   maxBodyBytes: number;
   ui: boolean;
+  /** Standby mode: refuse writes with NOT_LEADER unless this server leads (routes/gate.ts). */
+  gate?: GateView | null;
+  /** With a workers file, the worker protocol takes worker tokens (routes/worker_auth.ts). */
+  workers?: WorkersFile | null;
 }
 
 function errorResponse(e: OrbitError): Response {
@@ -40,13 +49,7 @@ function bearer(token: string): MiddlewareHandler {
   return async (c, next) => {
     const m = /^Bearer +(\S+)$/i.exec(c.req.header("authorization") ?? "");
     if (!m || !(await timingSafeEqual(token, m[1]!))) {
-      throw new OrbitError(
-        401,
-        "UNAUTHORIZED",
-        "missing or invalid bearer token (Authorization: Bearer <token>)",
-        {},
-        { "www-authenticate": 'Bearer realm="orbit"' },
-      );
+      throw unauthorized("missing or invalid bearer token (Authorization: Bearer <token>)");
     }
     await next();
   };
@@ -77,12 +80,21 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
     rt.metrics.httpRequests.inc({ code: `${Math.floor(c.res.status / 100)}xx` });
   });
 
+  // Standby mode: the gate runs before authentication (reference page, "Standby behavior").
+  if (opts.gate) app.use("/v1/*", clusterGate(opts.gate));
+
   // Health and ready never need credentials.
   app.route("/", systemRoutes(rt));
   if (opts.ui) app.route("/", uiRoutes());
 
   // Credentials first: a client without them learns nothing, not even the body limit.
-  if (opts.token) app.use("/v1/*", bearer(opts.token));
+  const auth = opts.workers
+    ? workerAuth(rt, { workers: opts.workers, clientToken: opts.token })
+    : null;
+  if (auth) {
+    for (const path of WORKER_ROUTES) app.use(path, auth.markWorkerRoute);
+    app.use("/v1/*", auth.authenticate);
+  } else if (opts.token) app.use("/v1/*", bearer(opts.token));
   app.use(
     "/v1/*",
     bodyLimit({
@@ -99,11 +111,16 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
       },
     }),
   );
+  if (auth) {
+    // After the body limit: these read the body.
+    for (const path of WORKER_ROUTES) app.use(path, auth.checks[path]);
+  }
 
   app.route("/v1/workflows", workflowRoutes(rt));
   app.route("/v1/executions", executionRoutes(rt));
   app.route("/v1/workers", workerRoutes(rt));
   app.route("/v1/tasks", taskRoutes(rt));
+  app.route("/v1/schedules", scheduleRoutes(rt));
   app.route("/v1/metrics", metricsRoutes(rt));
   return app;
 }

@@ -2,11 +2,12 @@
 import { type Context, Hono } from "hono";
 import { z } from "zod";
 import type { Runtime } from "../lib/runtime.ts";
-import { conflict, notFound, OrbitError } from "../lib/errors.ts";
+import { notFound, OrbitError } from "../lib/errors.ts";
 import { EXECUTION_STATUSES } from "../lib/engine/events.ts";
 import { NAME_RE } from "../lib/engine/ir.ts";
 import { EXECUTION_ID_RE } from "../lib/executions.ts";
 import type { ExecutionRow } from "../lib/store/store.ts";
+import { runQuery, sendSignal } from "../lib/signals.ts";
 import { body, intParam, query } from "./util.ts";
 
 const startSchema = z.object({
@@ -112,25 +113,11 @@ export function executionRoutes(rt: Runtime): Hono {
     );
   });
   app.post("/:id/signals/:name", async (c) => {
-    await body(c, signalSchema);
-    const row = await load(executionId(c));
-    if (row.status !== "running") {
-      throw conflict(
-        "EXECUTION_FINISHED",
-        `execution ${row.execution_id} is already ${row.status}`,
-      );
-    }
-    throw notFound(
-      "UNKNOWN_SIGNAL",
-      `workflow ${row.workflow} ${row.version} declares no signal "${c.req.param("name")}"`,
-    );
+    const r = await body(c, signalSchema);
+    return c.json(await sendSignal(rt.executions, executionId(c), c.req.param("name"), r.payload));
   });
   app.get("/:id/queries/:name", async (c) => {
-    const row = await load(executionId(c));
-    throw notFound(
-      "UNKNOWN_QUERY",
-      `workflow ${row.workflow} ${row.version} declares no query "${c.req.param("name")}"`,
-    );
+    return c.json(await runQuery(rt.executions, executionId(c), c.req.param("name")));
   });
   return app;
 }

@@ -13,8 +13,8 @@ const take = {
   max_tasks: z.number().int().min(0).max(1000).optional(),
 };
 
-const completeSchema = z.object({ token, output: z.unknown().optional(), ...take });
-const failSchema = z.object({
+export const completeSchema = z.object({ token, output: z.unknown().optional(), ...take });
+export const failSchema = z.object({
   token,
   ...take,
   error: z.object({

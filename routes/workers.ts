@@ -9,7 +9,7 @@ const sessionId = z.string().min(1).max(200);
 const label = (max: number) =>
   z.string().min(1).max(max).regex(/^\P{Cc}*$/u, "must not contain control characters");
 
-const registerSchema = z.object({
+export const registerSchema = z.object({
   worker_id: label(200),
   runtime: label(64).default("any"),
   tasks: z.array(z.object({
@@ -19,16 +19,16 @@ const registerSchema = z.object({
   })).min(1).max(1000),
   concurrency: z.number().int().min(1).max(10_000).default(1),
 });
-const pollSchema = z.object({
+export const pollSchema = z.object({
   session_id: sessionId,
   max_tasks: z.number().int().min(1).max(1000).default(1),
   wait_s: z.number().min(0).max(60).default(30),
 });
-const heartbeatSchema = z.object({
+export const heartbeatSchema = z.object({
   session_id: sessionId,
   tokens: z.array(z.string().max(512)).max(10_000).default([]),
 });
-const unregisterSchema = z.object({ session_id: sessionId });
+export const unregisterSchema = z.object({ session_id: sessionId });
 
 export function workerRoutes(rt: Runtime): Hono {
   const app = new Hono();

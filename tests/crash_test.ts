@@ -24,7 +24,10 @@ testEachStore("orders survive a SIGKILL of the server mid-run", async (store) =>
     const ids = Array.from({ length: 200 }, (_, i) => `crash-${i}`);
     let done = 0;
     const run = runOrders(() => server.url, ids, 16, () => done++);
-    await waitFor(() => done >= 40, "40 orders to complete before the crash", 60_000);
+    await waitFor(() => done >= 40, "40 orders to complete before the crash", 60_000).catch((e) => {
+      console.error(`server:\n${server.logs.slice(-40).join("\n")}\nworker:\n${worker.lines.slice(-40).join("\n")}`);
+      throw e;
+    });
     const killed = await server.kill("SIGKILL");
     assert.equal(killed.signal, "SIGKILL");
     const running = await api(`http://${addr}`).get("/v1/health").catch(() => null);

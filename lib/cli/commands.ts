@@ -23,6 +23,7 @@ import {
   usageError,
 } from "./output.ts";
 import { startProgress } from "./progress.ts";
+import { registerScheduleCommands } from "./schedules.ts";
 
 const STATUSES = ["running", "completed", "failed", "cancelled", "timed_out", "continued"];
 const TERMINAL = new Set(["completed", "failed", "cancelled", "timed_out", "continued"]);
@@ -260,7 +261,29 @@ function eventDetail(e: HistoryEvent): string {
     case "CompensationStarted":
       return `${str(e.reason)}: ${Array.isArray(e.steps) ? e.steps.join(", ") : ""}`;
     case "WorkflowFailed":
+    case "WorkflowTimedOut":
+    case "HandlerFailed":
       return errorText(e.error) ?? "";
+    case "StepStarted": {
+      const child = e.child as { workflow?: unknown; execution_id?: unknown } | undefined;
+      return [
+        str(e.kind),
+        e.signal !== undefined ? str(e.signal) : undefined,
+        e.branch !== undefined ? `branch ${str(e.branch)}` : undefined,
+        e.branches !== undefined ? `${str(e.branches)} branches` : undefined,
+        child ? `${str(child.workflow)} as ${str(child.execution_id)}` : undefined,
+      ].filter((x) => x !== undefined).join(" ");
+    }
+    case "ChildStarted":
+      return `child ${str(e.execution_id)}`;
+    case "SignalReceived":
+      return `${str(e.signal)} ${shortJson(e.payload, 50)}${
+        e.carried_over ? " (carried over)" : ""
+      }`;
+    case "VarsAssigned":
+      return `vars ${shortJson(e.vars, 60)}${e.handler ? ` (handler of ${str(e.handler)})` : ""}`;
+    case "WorkflowContinuedAsNew":
+      return `new run ${str(e.new_run_id)}`;
     default:
       return "";
   }
@@ -633,6 +656,8 @@ export function registerClientCommands(program: Command): void {
     .argument("<id>", "execution id")
     .argument("<name>", "query name")
     .action(act((ctx, [id, name]) => query(ctx, id as string, name as string)));
+
+  registerScheduleCommands(program, { clientCommand, act, parseJsonArg });
 
   clientCommand(program, "workers", "List registered worker sessions")
     .action(act((ctx) => workers(ctx)));

@@ -6,24 +6,20 @@
  * A command that no longer applies (a result for a dead token, a timer already fired, a
  * deadline of an attempt that finished) yields no events and `accepted: false`: that is how
  * duplicate and late results are made harmless.
+ *
+ * Code entrypoints: `handle` below takes the command; `advance.ts` moves the run forward
+ * through its step lists; `saga.ts` runs compensations and ends failed, cancelled and timed-out
+ * runs; `signals.ts` records signals and runs their handlers.
  */
-import type { ErrorInfo, EventBody, HistoryEvent } from "./events.ts";
-import { evaluate, ExpressionError, type Scope } from "./expr.ts";
-import {
-  backoffMs,
-  compensationId,
-  isTaskStep,
-  retryPolicy,
-  type TaskSpec,
-  type WorkflowDoc,
-} from "./ir.ts";
-import { apply, emptyState, type ExecutionState, stepOfToken, type StepState } from "./state.ts";
+import type { ErrorInfo, ExecutionStatus, HistoryEvent } from "./events.ts";
+import { backoffMs, retryPolicy, type TaskSpec, type WorkflowDoc } from "./ir.ts";
+import { emptyState, type ExecutionState, stepOfToken, type StepState } from "./state.ts";
+import { baseId, Builder, type Context, isOpen } from "./builder.ts";
+import { advance } from "./advance.ts";
+import { beginCompensation, cancelOpen, compensationOf } from "./saga.ts";
+import { receiveSignal } from "./signals.ts";
 
-export interface Context {
-  now: number;
-  /** A fresh unique id (uuid) — the only source of randomness the core sees. */
-  newId: () => string;
-}
+export type { Context } from "./builder.ts";
 
 export type Command =
   | {
@@ -33,6 +29,12 @@ export type Command =
     root_id?: string;
     parent_id?: string | null;
     input: unknown;
+    /** Continue-as-new: the run this one continues, its number, and what it carries over. */
+    continued_from?: string;
+    run_number?: number;
+    signals?: Array<{ signal: string; payload: unknown }>;
+    /** The execution's deadline (a continued run keeps its first run's). */
+    timeout_at_ms?: number;
   }
   | { type: "dispatch"; step: string; token: string; worker_id: string; worker_session: string }
   | { type: "complete"; token: string; output: unknown }
@@ -40,7 +42,20 @@ export type Command =
   | { type: "timer"; timer_id: string }
   | { type: "deadline"; step: string; attempt: number }
   | { type: "uncertain"; token: string; reason: string }
-  | { type: "cancel"; reason: string };
+  | { type: "cancel"; reason: string }
+  | { type: "signal"; name: string; payload: unknown }
+  | { type: "child_started"; step: string; execution_id: string; run_id: string }
+  | {
+    /** The child execution of a `child` step ended (or could not start: status `failed`). */
+    type: "child_result";
+    step: string;
+    execution_id: string;
+    /** The child's run: recorded as ChildStarted first when that was not reported yet. */
+    run_id?: string;
+    status: ExecutionStatus;
+    output?: unknown;
+    error?: ErrorInfo | null;
+  };
 
 export interface Decision {
   events: HistoryEvent[];
@@ -49,54 +64,57 @@ export interface Decision {
   accepted: boolean;
 }
 
-class Builder {
-  readonly events: HistoryEvent[] = [];
-  constructor(readonly state: ExecutionState, readonly ctx: Context) {}
-  emit(body: EventBody): void {
-    // `seq, type, time_ms` first, so stored and served events read in that order.
-    const { type, ...fields } = body;
-    const e = {
-      seq: this.state.last_seq + 1,
-      type,
-      time_ms: this.ctx.now,
-      ...fields,
-    } as HistoryEvent;
-    apply(this.state, e);
-    this.events.push(e);
-  }
-}
-
 export async function decide(
   def: WorkflowDoc,
   state: ExecutionState | null,
   cmd: Command,
   ctx: Context,
 ): Promise<Decision> {
-  const b = new Builder(state ? structuredClone(state) : emptyState(), ctx);
-  const accepted = handle(def, b, cmd);
-  if (accepted) await advance(def, b);
+  const b = new Builder(def, state ? structuredClone(state) : emptyState(), ctx);
+  const accepted = await handle(b, cmd);
+  if (accepted) await advance(b);
   return { events: b.events, state: b.state, accepted };
 }
 
-function isOpen(st: StepState | undefined): st is StepState {
-  return !!st &&
-    (st.status === "scheduled" || st.status === "dispatched" || st.status === "backoff");
+function start(b: Builder, cmd: Extract<Command, { type: "start" }>): void {
+  const def = b.def;
+  const runNumber = cmd.run_number ?? 1;
+  b.emit({
+    type: "WorkflowCreated",
+    workflow: def.name,
+    version: def.version,
+    input: cmd.input ?? null,
+    execution_id: cmd.execution_id,
+    run_id: cmd.run_id,
+    root_id: cmd.root_id ?? cmd.execution_id,
+    parent_id: cmd.parent_id ?? null,
+    ...(cmd.continued_from ? { continued_from: cmd.continued_from } : {}),
+    ...(runNumber > 1 ? { run: runNumber } : {}),
+  });
+  for (const sig of cmd.signals ?? []) {
+    b.emit({
+      type: "SignalReceived",
+      signal: sig.signal,
+      payload: sig.payload,
+      buffered: true,
+      carried_over: true,
+    });
+  }
+  if (def.timeout_s) {
+    b.emit({
+      type: "TimerStarted",
+      timer_id: "workflow-timeout",
+      fire_at_ms: cmd.timeout_at_ms ?? b.ctx.now + Math.round(def.timeout_s * 1000),
+      purpose: "timeout",
+    });
+  }
 }
 
-function handle(def: WorkflowDoc, b: Builder, cmd: Command): boolean {
+async function handle(b: Builder, cmd: Command): Promise<boolean> {
   const s = b.state;
   if (cmd.type === "start") {
     if (s.last_seq !== 0) return false;
-    b.emit({
-      type: "WorkflowCreated",
-      workflow: def.name,
-      version: def.version,
-      input: cmd.input ?? null,
-      execution_id: cmd.execution_id,
-      run_id: cmd.run_id,
-      root_id: cmd.root_id ?? cmd.execution_id,
-      parent_id: cmd.parent_id ?? null,
-    });
+    start(b, cmd);
     return true;
   }
   // Nothing but a start applies to a run that has no history yet.
@@ -132,14 +150,14 @@ function handle(def: WorkflowDoc, b: Builder, cmd: Command): boolean {
     case "fail": {
       const st = stepOfToken(s, cmd.token);
       if (!isOpen(st)) return false;
-      failAttempt(def, b, st, cmd.error, cmd.token);
+      failAttempt(b, st, cmd.error, cmd.token);
       return true;
     }
     case "deadline": {
       const st = s.steps[cmd.step];
       if (!st || st.status !== "dispatched" || st.attempt !== cmd.attempt) return false;
       if (st.deadline_ms === null || st.deadline_ms > b.ctx.now) return false;
-      failAttempt(def, b, st, {
+      failAttempt(b, st, {
         code: "STEP_TIMEOUT",
         message: `attempt ${st.attempt} of step "${st.id}" did not finish within ${
           st.timeout_ms! / 1000
@@ -148,27 +166,8 @@ function handle(def: WorkflowDoc, b: Builder, cmd: Command): boolean {
       });
       return true;
     }
-    case "timer": {
-      const t = s.timers[cmd.timer_id];
-      if (!t || t.fire_at_ms > b.ctx.now) return false;
-      b.emit({ type: "TimerFired", timer_id: cmd.timer_id, ...(t.step ? { step: t.step } : {}) });
-      const st = t.step ? s.steps[t.step] : undefined;
-      if (t.purpose === "retry" && st && st.status === "backoff") {
-        b.emit({
-          type: "StepScheduled",
-          step: st.id,
-          attempt: st.attempt + 1,
-          task: st.task,
-          contract: st.contract,
-          language: st.language,
-          input: st.input,
-          idempotency_key: st.idempotency_key,
-          timeout_ms: st.timeout_ms,
-          ...(st.compensation ? { compensation: true } : {}),
-        });
-      }
-      return true;
-    }
+    case "timer":
+      return timer(b, cmd.timer_id);
     case "uncertain": {
       const st = stepOfToken(s, cmd.token);
       // A token already reported uncertain must not pull back the redelivery that replaced it.
@@ -183,33 +182,122 @@ function handle(def: WorkflowDoc, b: Builder, cmd: Command): boolean {
       return true;
     }
     case "cancel": {
+      // A cancel during the saga changes nothing: the compensations already run.
       if (s.cancel_reason !== null || s.phase !== "running") return false;
       b.emit({ type: "WorkflowCancelRequested", reason: cmd.reason });
-      for (const st of Object.values(s.steps)) {
-        if (isOpen(st)) {
-          b.emit({
-            type: "StepCancelled",
-            step: st.id,
-            attempt: st.attempt,
-            reason: "execution cancelled",
-          });
-        }
+      cancelOpen(b, "execution cancelled");
+      beginCompensation(b, "cancelled");
+      return true;
+    }
+    case "signal":
+      receiveSignal(b, cmd.name, cmd.payload);
+      return true;
+    case "child_started": {
+      const st = childStep(s, cmd.step, cmd.execution_id);
+      if (!st || st.child_run_id !== undefined) return false;
+      b.emit({
+        type: "ChildStarted",
+        step: st.id,
+        attempt: st.attempt,
+        execution_id: cmd.execution_id,
+        run_id: cmd.run_id,
+      });
+      return true;
+    }
+    case "child_result": {
+      const st = childStep(s, cmd.step, cmd.execution_id);
+      if (!st || cmd.status === "running" || cmd.status === "continued") return false;
+      if (st.child_run_id === undefined && cmd.run_id !== undefined) {
+        b.emit({
+          type: "ChildStarted",
+          step: st.id,
+          attempt: st.attempt,
+          execution_id: cmd.execution_id,
+          run_id: cmd.run_id,
+        });
       }
-      beginCompensation(def, b, "cancelled");
+      if (cmd.status === "completed") {
+        b.emit({
+          type: "StepSucceeded",
+          step: st.id,
+          attempt: st.attempt,
+          output: cmd.output ?? null,
+        });
+        return true;
+      }
+      const cause = cmd.error ?? null;
+      b.emit({
+        type: "StepFailed",
+        step: st.id,
+        attempt: st.attempt,
+        error: {
+          code: cause?.code === "CHILD_START_FAILED"
+            ? cause.code
+            : `CHILD_${cmd.status.toUpperCase()}`,
+          message: cause?.code === "CHILD_START_FAILED"
+            ? cause.message
+            : `child execution ${cmd.execution_id} ${cmd.status}${
+              cause ? `: ${cause.message}` : ""
+            }`,
+          retryable: false,
+          details: { child: cmd.execution_id, status: cmd.status, error: cause },
+        },
+        will_retry: false,
+      });
       return true;
     }
   }
 }
 
-function failAttempt(
-  def: WorkflowDoc,
-  b: Builder,
-  st: StepState,
-  error: ErrorInfo,
-  token?: string,
-) {
-  const spec = specOf(def, st);
-  const policy = retryPolicy(spec);
+function childStep(s: ExecutionState, step: string, childId: string): StepState | undefined {
+  const st = s.steps[step];
+  return isOpen(st) && st.kind === "child" && st.child?.execution_id === childId ? st : undefined;
+}
+
+function timer(b: Builder, timerId: string): boolean {
+  const s = b.state;
+  const t = s.timers[timerId];
+  if (!t || t.fire_at_ms > b.ctx.now) return false;
+  b.emit({ type: "TimerFired", timer_id: timerId, ...(t.step ? { step: t.step } : {}) });
+  const st = t.step ? s.steps[t.step] : undefined;
+  if (t.purpose === "retry" && st && st.status === "backoff") {
+    b.emit({
+      type: "StepScheduled",
+      step: st.id,
+      attempt: st.attempt + 1,
+      task: st.task,
+      contract: st.contract,
+      language: st.language,
+      input: st.input,
+      idempotency_key: st.idempotency_key,
+      timeout_ms: st.timeout_ms,
+      ...(st.compensation ? { compensation: true } : {}),
+      ...(st.kind === "http" ? { kind: "http" as const } : {}),
+      ...(st.frame !== "$" ? { frame: st.frame } : {}),
+    });
+  } else if (t.purpose === "sleep" && st && st.status === "waiting") {
+    b.emit({ type: "StepSucceeded", step: st.id, attempt: st.attempt, output: null });
+  } else if (t.purpose === "timeout" && st && isOpen(st)) {
+    const what = st.kind === "wait_signal"
+      ? `signal "${st.signal}"`
+      : `child ${st.child?.execution_id}`;
+    b.emit({
+      type: "StepFailed",
+      step: st.id,
+      attempt: st.attempt,
+      error: {
+        code: st.kind === "wait_signal" ? "SIGNAL_TIMEOUT" : "CHILD_TIMEOUT",
+        message: `step "${st.id}" waited for ${what} longer than ${st.timeout_ms! / 1000} s`,
+        retryable: false,
+      },
+      will_retry: false,
+    });
+  }
+  return true;
+}
+
+function failAttempt(b: Builder, st: StepState, error: ErrorInfo, token?: string) {
+  const policy = retryPolicy(specOf(b, st));
   const retryable = error.retryable !== false && !policy.non_retryable.includes(error.code);
   const willRetry = retryable && st.attempt < policy.max_attempts;
   b.emit({
@@ -237,195 +325,35 @@ function failAttempt(
   }
 }
 
-/** The task spec a step state was scheduled from (a main step or its compensation). */
-function specOf(def: WorkflowDoc, st: StepState): TaskSpec {
-  const id = st.compensation ? st.id.slice(0, -".compensate".length) : st.id;
-  const d = def.steps.find((x) => x.id === id);
-  if (!d || !isTaskStep(d)) return { task: st.task, contract: st.contract };
-  return st.compensation ? d.compensate ?? d : d;
+/** The retry policy source a step state was scheduled from (a task, an http step, a compensation). */
+function specOf(b: Builder, st: StepState): TaskSpec {
+  if (st.compensation) {
+    return compensationOf(b, st.id.slice(0, -".compensate".length)) ??
+      { task: st.task, contract: st.contract };
+  }
+  const d = b.tree.byId.get(baseId(st.id))?.step;
+  if (d && ("task" in d || "http" in d)) return { task: st.task, contract: st.contract, ...d };
+  return { task: st.task, contract: st.contract };
 }
 
-function scope(s: ExecutionState): Scope {
+/**
+ * The start of the next run of a run that ended with continue-as-new: same execution, the
+ * new run id and input, the buffered signals (their handlers already ran) and the deadline.
+ */
+export function continuation(s: ExecutionState): Extract<Command, { type: "start" }> | null {
+  if (!s.continued) return null;
   return {
-    input: s.input,
-    steps: s.outputs,
-    vars: {},
-    execution: {
-      id: s.execution_id,
-      run_id: s.run_id,
-      root_id: s.root_id,
-      workflow: s.workflow,
-      version: s.version,
-    },
+    type: "start",
+    execution_id: s.execution_id,
+    run_id: s.continued.run_id,
+    root_id: s.root_id,
+    parent_id: s.parent_id,
+    input: s.continued.input,
+    continued_from: s.run_id,
+    run_number: s.run_number + 1,
+    signals: s.signals.map((x) => ({ signal: x.signal, payload: x.payload })),
+    ...(s.timeout_at_ms !== null ? { timeout_at_ms: s.timeout_at_ms } : {}),
   };
-}
-
-function beginCompensation(
-  def: WorkflowDoc,
-  b: Builder,
-  reason: "failed" | "cancelled",
-  error?: ErrorInfo,
-) {
-  const steps = b.state.completed
-    .filter((id) => {
-      const d = def.steps.find((x) => x.id === id);
-      return d && isTaskStep(d) && d.compensate;
-    })
-    .reverse()
-    .map(compensationId);
-  if (steps.length > 0) {
-    b.emit({ type: "CompensationStarted", reason, steps, ...(error ? { error } : {}) });
-  }
-}
-
-function expressionFailure(e: unknown, where: string): ErrorInfo {
-  const message = e instanceof ExpressionError ? e.message : String(e);
-  return { code: "EXPRESSION_ERROR", message: `${where}: ${message}`, retryable: false };
-}
-
-/** Moves the run forward until it waits for something outside (a worker, a timer) or ends. */
-async function advance(def: WorkflowDoc, b: Builder): Promise<void> {
-  const s = b.state;
-  for (let guard = 0; guard < 10_000; guard++) {
-    if (s.phase === "closed") return;
-    if (s.phase === "running") {
-      if (s.failure) {
-        beginCompensation(def, b, "failed");
-        if (s.phase === "running") {
-          b.emit({ type: "WorkflowFailed", error: s.failure });
-        }
-        continue;
-      }
-      if (s.cancel_reason !== null) {
-        // Cancelled with nothing to compensate.
-        b.emit({ type: "WorkflowCancelled", reason: s.cancel_reason });
-        continue;
-      }
-      const d = def.steps[s.cursor];
-      if (!d) {
-        b.emit({ type: "WorkflowCompleted", output: s.outputs });
-        continue;
-      }
-      if (!isTaskStep(d)) {
-        let output: unknown;
-        try {
-          output = await evaluate(d.return, scope(s));
-        } catch (e) {
-          // A failed return is a step failure like any other: the saga runs first.
-          const error = {
-            ...expressionFailure(e, `step "${d.id}" return`),
-            details: { step: d.id },
-          };
-          beginCompensation(def, b, "failed", error);
-          if (s.phase === "running") b.emit({ type: "WorkflowFailed", error });
-          continue;
-        }
-        b.emit({ type: "WorkflowCompleted", output });
-        continue;
-      }
-      if (s.steps[d.id]) return; // the current step is in progress
-      let input: unknown;
-      try {
-        input = await evaluate(d.input ?? null, scope(s));
-      } catch (e) {
-        // Recorded as a failed first attempt, so replay reaches the same state.
-        b.emit({
-          type: "StepScheduled",
-          step: d.id,
-          attempt: 1,
-          task: d.task,
-          contract: d.contract,
-          language: d.language ?? null,
-          input: null,
-          idempotency_key: `${s.run_id}:${d.id}`,
-          timeout_ms: d.timeout_s ? Math.round(d.timeout_s * 1000) : null,
-        });
-        b.emit({
-          type: "StepFailed",
-          step: d.id,
-          attempt: 1,
-          error: expressionFailure(e, `step "${d.id}" input`),
-          will_retry: false,
-        });
-        continue;
-      }
-      b.emit({
-        type: "StepScheduled",
-        step: d.id,
-        attempt: 1,
-        task: d.task,
-        contract: d.contract,
-        language: d.language ?? null,
-        input,
-        idempotency_key: `${s.run_id}:${d.id}`,
-        timeout_ms: d.timeout_s ? Math.round(d.timeout_s * 1000) : null,
-      });
-      return;
-    }
-    // compensating
-    const next = s.compensation_queue[0];
-    if (next === undefined) {
-      const failures = s.compensation_failures;
-      const extra = failures.length > 0
-        ? { compensation_failures: failures.map((f) => ({ step: f.step, code: f.error.code })) }
-        : {};
-      if (s.compensation_reason === "cancelled") {
-        b.emit({
-          type: "WorkflowCancelled",
-          reason: s.cancel_reason ?? "cancelled",
-          ...(failures.length > 0
-            ? {
-              error: {
-                code: "COMPENSATION_FAILED",
-                message: `${failures.length} compensation(s) failed`,
-                details: extra,
-              },
-            }
-            : {}),
-        });
-      } else {
-        const f = s.failure!;
-        b.emit({
-          type: "WorkflowFailed",
-          error: { ...f, details: { ...(f.details as object ?? {}), ...extra } },
-        });
-      }
-      continue;
-    }
-    if (s.steps[next]) return; // compensation in progress
-    const mainId = next.slice(0, -".compensate".length);
-    const d = def.steps.find((x) => x.id === mainId);
-    const comp = d && isTaskStep(d) ? d.compensate : undefined;
-    if (!comp) {
-      s.compensation_queue.shift();
-      continue;
-    }
-    let input: unknown = null;
-    let inputError: ErrorInfo | null = null;
-    try {
-      input = await evaluate(comp.input ?? null, scope(s));
-    } catch (e) {
-      inputError = expressionFailure(e, `compensation of "${mainId}" input`);
-    }
-    b.emit({
-      type: "StepScheduled",
-      step: next,
-      attempt: 1,
-      task: comp.task,
-      contract: comp.contract,
-      language: comp.language ?? null,
-      input,
-      idempotency_key: `${s.run_id}:${next}`,
-      timeout_ms: comp.timeout_s ? Math.round(comp.timeout_s * 1000) : null,
-      compensation: true,
-    });
-    if (inputError) {
-      b.emit({ type: "StepFailed", step: next, attempt: 1, error: inputError, will_retry: false });
-      continue;
-    }
-    return;
-  }
-  throw new Error("advance did not settle");
 }
 
 /** When the shell must wake this run up, and with which command. */

@@ -9,7 +9,7 @@ import type { Command } from "./decide.ts";
 import type { HistoryEvent } from "./events.ts";
 import type { WorkflowDoc } from "./ir.ts";
 import { replay } from "./state.ts";
-import { Driver, prng, task, undo, workflow } from "./testing.ts";
+import { Driver, prng, task, undo, workflow, workflow2 } from "./testing.ts";
 
 const DEFS: WorkflowDoc[] = [
   workflow([
@@ -43,6 +43,61 @@ const DEFS: WorkflowDoc[] = [
   ]),
 ];
 
+/** orbit-ir/2 shapes: branches, signals, handlers, timers, http, children, continue-as-new. */
+const DEFS2: WorkflowDoc[] = [
+  workflow2([
+    task("a", { compensate: undo("ua") }),
+    { id: "nap", sleep_s: 0.2 },
+    {
+      id: "p",
+      parallel: [
+        [
+          task("b", { compensate: undo("ub"), retry: { max_attempts: 2, initial_ms: 50 } }),
+          { id: "w", wait_signal: "go", timeout_s: 1 },
+        ],
+        [
+          {
+            id: "h",
+            http: { url: "{% 'https://x.test/' & $execution.id %}", body: "{% $steps.a %}" },
+            retry: { max_attempts: 2, initial_ms: 10 },
+            timeout_s: 1,
+          },
+          { id: "kid", child: { workflow: "K", input: "{% $steps.h %}" }, timeout_s: 2 },
+        ],
+      ],
+    },
+    {
+      id: "i",
+      if: "{% $vars.n > 1 %}",
+      then: [{ id: "set", assign: { big: true } }],
+      else: [task("e", { compensate: undo("ue") })],
+    },
+    { id: "done", return: { vars: "{% $vars %}", w: "{% $steps.w %}", p: "{% $steps.p %}" } },
+  ], {
+    signals: { go: {}, bump: {} },
+    handlers: {
+      bump: [
+        { id: "inc", assign: { n: "{% ($vars.n ? $vars.n : 0) + 1 %}" } },
+        task("hb", {
+          input: "{% $signal %}",
+          compensate: undo("uhb", { input: "{% $steps.hb %}" }),
+        }),
+      ],
+    },
+    timeout_s: 40,
+  }),
+  workflow2([
+    { id: "w", wait_signal: "go" },
+    { id: "i", if: "{% $steps.w = 'again' %}", then: [{ id: "again", continue_as_new: {} }] },
+    task("t", { compensate: undo("ut") }),
+    { id: "w2", wait_signal: "go", timeout_s: 5 },
+    { id: "v", assign: { x: "{% $steps.t %}" } },
+  ], {
+    signals: { go: {}, bump: {} },
+    handlers: { bump: [{ id: "seen", assign: { seen: true } }] },
+  }),
+];
+
 const CODES = ["FLAKY", "FATAL", "TIMEOUT", "BAD"];
 
 interface Run {
@@ -51,10 +106,15 @@ interface Run {
 }
 
 /** Drives one randomized run; asserts the invariants after every command. */
-async function randomRun(seed: number, script?: Run["commands"]): Promise<Run> {
+async function randomRun(
+  seed: number,
+  script?: Run["commands"],
+  defs: WorkflowDoc[] = DEFS,
+): Promise<Run> {
   const rnd = prng(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
-  const def = DEFS[seed % DEFS.length]!;
+  const def = defs[seed % defs.length]!;
+  const ir2 = defs === DEFS2;
   const d = new Driver(def);
   const commands: Run["commands"] = [];
   const tokens: string[] = [];
@@ -92,8 +152,44 @@ async function randomRun(seed: number, script?: Run["commands"]): Promise<Run> {
     const s = d.s;
     const roll = rnd();
     const scheduled = Object.values(s.steps).filter((st) => st.status === "scheduled");
-    const timers = Object.keys(s.timers);
+    // On ir/2 shapes: earliest first, and the workflow's own timeout only now and then (a jump
+    // to it ends the run).
+    const timers = ir2
+      ? Object.keys(s.timers).filter((t) => t !== "workflow-timeout" || rnd() < 0.1)
+        .sort((x, y) => s.timers[x]!.fire_at_ms - s.timers[y]!.fire_at_ms)
+      : Object.keys(s.timers);
     const stepIds = Object.keys(s.steps);
+    const children = Object.values(s.steps).filter((st) => st.kind === "child");
+    if (ir2 && rnd() < 0.3) {
+      const what = rnd();
+      if (what < 0.5) {
+        await send({
+          type: "signal",
+          name: pick(["go", "bump"]),
+          payload: pick(["again", 1, { x: i }, null]),
+        });
+      } else if (children.length > 0) {
+        const st = pick(children);
+        await send(
+          what < 0.7
+            ? {
+              type: "child_started",
+              step: st.id,
+              execution_id: st.child!.execution_id,
+              run_id: `child-run-${i}`,
+            }
+            : {
+              type: "child_result",
+              step: st.id,
+              execution_id: rnd() < 0.9 ? st.child!.execution_id : "stranger",
+              status: pick(["completed", "completed", "failed", "cancelled", "timed_out"] as const),
+              output: { child: i },
+              error: { code: "CHILD_BROKE", message: "m" },
+            },
+        );
+      }
+      continue;
+    }
     if (roll < 0.3 && scheduled.length > 0) {
       await send({
         type: "dispatch",
@@ -150,7 +246,9 @@ function checkHistory(seed: number, history: HistoryEvent[]) {
     assert.equal(n, 1, `seed ${seed}: ${n} StepSucceeded for ${step}`);
   }
   const terminal = history.findIndex((e) =>
-    e.type === "WorkflowCompleted" || e.type === "WorkflowFailed" || e.type === "WorkflowCancelled"
+    e.type === "WorkflowCompleted" || e.type === "WorkflowFailed" ||
+    e.type === "WorkflowCancelled" || e.type === "WorkflowTimedOut" ||
+    e.type === "WorkflowContinuedAsNew"
   );
   if (terminal >= 0) {
     assert.equal(terminal, history.length - 1, `seed ${seed}: events after the end`);
@@ -178,6 +276,33 @@ Deno.test("decide() is deterministic: the same commands at the same times give t
   for (let seed = 1; seed <= 60; seed++) {
     const first = await randomRun(seed);
     const again = await randomRun(seed, first.commands);
+    assert.deepEqual(again.history, first.history, `seed ${seed}`);
+  }
+});
+
+Deno.test("decide() keeps replay(history) equal to its state over 300 randomized orbit-ir/2 runs", async () => {
+  const ends = new Map<string, number>();
+  let lengths = 0;
+  for (let seed = 1; seed <= 300; seed++) {
+    const { history } = await randomRun(seed, undefined, DEFS2);
+    checkHistory(seed, history);
+    const s = replay(history);
+    ends.set(s.status, (ends.get(s.status) ?? 0) + 1);
+    // The saga never compensates a step twice, and never one that did not complete.
+    const comps = history.filter((e) => e.type === "CompensationStarted");
+    assert.ok(comps.length <= 1, `seed ${seed}: two sagas`);
+    lengths += history.length;
+  }
+  assert.ok(lengths / 300 > 15, `runs too short to prove much: ${lengths / 300} events on average`);
+  for (const status of ["completed", "failed", "cancelled", "timed_out", "continued"]) {
+    assert.ok((ends.get(status) ?? 0) > 0, `no randomized run ended ${status}: ${[...ends]}`);
+  }
+});
+
+Deno.test("decide() is deterministic on orbit-ir/2 shapes: the same commands give the same history", async () => {
+  for (let seed = 1; seed <= 60; seed++) {
+    const first = await randomRun(seed, undefined, DEFS2);
+    const again = await randomRun(seed, first.commands, DEFS2);
     assert.deepEqual(again.history, first.history, `seed ${seed}`);
   }
 });

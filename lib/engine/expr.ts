@@ -51,7 +51,15 @@ export interface Scope {
   steps: Record<string, unknown>;
   vars: Record<string, unknown>;
   signal?: unknown;
-  execution: { id: string; run_id: string; root_id: string; workflow: string; version: string };
+  execution: {
+    id: string;
+    run_id: string;
+    root_id: string;
+    parent_id?: string | null;
+    workflow: string;
+    version: string;
+    run?: number;
+  };
 }
 
 export class ExpressionError extends Error {

@@ -1,26 +1,18 @@
 /**
- * The workflow IR (`orbit-ir/1`) and its validation. Deploy validates the whole document and
- * reports every problem with its JSON path; nothing here does I/O.
+ * The workflow IR (`orbit-ir/1` and its superset `orbit-ir/2`): document types and the helpers
+ * the core shares. `validate.ts` checks a document; nothing here does I/O.
  *
  * Step kinds are told apart by their kind key (`task`, `return`, and, for `orbit-ir/2`, the
  * keys listed in IR2_KINDS). A document names exactly one IR version.
  */
-import { z } from "zod";
-import { compile, expressionsIn } from "./expr.ts";
-import { compileSchema } from "../jsonschema.ts";
-
-export const SUPPORTED_IR = ["orbit-ir/1"] as const;
-export const IR2_KINDS = [
-  "wait_signal",
-  "sleep_s",
-  "http",
-  "child",
-  "parallel",
-  "if",
-  "assign",
-  "continue_as_new",
-] as const;
-const IR1_KINDS = ["task", "return"] as const;
+export {
+  IR2_KINDS,
+  NAME_RE,
+  SEMVER_RE,
+  SUPPORTED_IR,
+  type ValidateOptions,
+  validateWorkflow,
+} from "./validate.ts";
 
 export interface RetryPolicy {
   max_attempts: number;
@@ -38,6 +30,12 @@ export const DEFAULT_RETRY: RetryPolicy = {
   max_ms: 60_000,
   non_retryable: [],
 };
+
+/** Timeout of one HTTP attempt when the step gives no `timeout_s`. */
+export const DEFAULT_HTTP_TIMEOUT_S = 30;
+
+/** The built-in task name under which `http` steps are scheduled (the server runs them). */
+export const HTTP_TASK = "orbit.http";
 
 export interface TaskSpec {
   task: string;
@@ -58,7 +56,77 @@ export interface ReturnStep {
   return: unknown;
 }
 
-export type Step = TaskStep | ReturnStep;
+export interface WaitSignalStep {
+  id: string;
+  wait_signal: string;
+  timeout_s?: number;
+}
+
+export interface SleepStep {
+  id: string;
+  /** Seconds, or a `{% %}` expression that evaluates to seconds. */
+  sleep_s: number | string;
+}
+
+export interface HttpRequestSpec {
+  method?: string;
+  url: string;
+  headers?: Record<string, unknown>;
+  body?: unknown;
+  timeout_s?: number;
+}
+
+export interface HttpStep {
+  id: string;
+  http: HttpRequestSpec;
+  retry?: Partial<RetryPolicy>;
+  timeout_s?: number;
+}
+
+export interface ChildStep {
+  id: string;
+  child: { workflow: string; version?: string; input?: unknown; execution_id?: string };
+  timeout_s?: number;
+}
+
+export interface ParallelStep {
+  id: string;
+  parallel: Step[][];
+}
+
+export interface IfStep {
+  id: string;
+  if: string | boolean;
+  then?: Step[];
+  else?: Step[];
+}
+
+export interface AssignStep {
+  id: string;
+  assign: Record<string, unknown>;
+}
+
+export interface ContinueAsNewStep {
+  id: string;
+  continue_as_new: { input?: unknown };
+}
+
+export type Step =
+  | TaskStep
+  | ReturnStep
+  | WaitSignalStep
+  | SleepStep
+  | HttpStep
+  | ChildStep
+  | ParallelStep
+  | IfStep
+  | AssignStep
+  | ContinueAsNewStep;
+
+export interface SignalDecl {
+  schema?: Record<string, unknown>;
+  description?: string;
+}
 
 export interface WorkflowDoc {
   ir: string;
@@ -66,6 +134,11 @@ export interface WorkflowDoc {
   version: string;
   description?: string;
   input_schema?: Record<string, unknown>;
+  /** orbit-ir/2: the whole execution's deadline, from its first run's start. */
+  timeout_s?: number;
+  signals?: Record<string, SignalDecl>;
+  queries?: Record<string, unknown>;
+  handlers?: Record<string, Step[]>;
   steps: Step[];
 }
 
@@ -74,189 +147,37 @@ export interface Problem {
   message: string;
 }
 
-export const NAME_RE = /^[A-Za-z][A-Za-z0-9_.-]{0,127}$/;
-export const SEMVER_RE =
-  /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$/;
-const STEP_ID_RE = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
-const TASK_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
+export type StepKind =
+  | "task"
+  | "return"
+  | "wait_signal"
+  | "sleep"
+  | "http"
+  | "child"
+  | "parallel"
+  | "if"
+  | "assign"
+  | "continue_as_new";
 
-const retrySchema = z.strictObject({
-  max_attempts: z.number().int().min(1).max(1000).optional(),
-  initial_ms: z.number().int().min(0).max(86_400_000).optional(),
-  backoff: z.number().min(1).max(100).optional(),
-  max_ms: z.number().int().min(0).max(86_400_000).optional(),
-  non_retryable: z.array(z.string().min(1)).optional(),
-});
-
-const taskFields = {
-  task: z.string().regex(TASK_RE, "must be a task name such as `payments.charge`"),
-  contract: z.string().min(1).max(64),
-  language: z.string().regex(
-    /^[a-z][a-z0-9_+-]{0,31}$/,
-    "must be a language such as `python` or `any`",
-  )
-    .optional(),
-  input: z.unknown().optional(),
-  retry: retrySchema.optional(),
-  timeout_s: z.number().positive().max(31_536_000).optional(),
-};
-
-const stepId = z.string().regex(
-  STEP_ID_RE,
-  "must start with a letter and use letters, digits, _ or -",
-);
-
-const taskStepSchema = z.strictObject({
-  id: stepId,
-  ...taskFields,
-  compensate: z.strictObject(taskFields).optional(),
-});
-const returnStepSchema = z.strictObject({ id: stepId, return: z.unknown() });
-
-const docSchema = z.strictObject({
-  ir: z.string(),
-  name: z.string().regex(NAME_RE, "must start with a letter and use letters, digits, _ . or -"),
-  version: z.string().regex(SEMVER_RE, "must be a semantic version such as 1.0.0"),
-  description: z.string().max(10_000).optional(),
-  input_schema: z.record(z.string(), z.unknown()).optional(),
-  steps: z.array(z.unknown()).min(1, "a workflow needs at least one step"),
-});
-
-function jsonPath(base: string, path: ReadonlyArray<PropertyKey>): string {
-  let out = base;
-  for (const p of path) out += typeof p === "number" ? `[${p}]` : `.${String(p)}`;
-  return out;
-}
-
-function zodProblems(base: string, error: z.ZodError): Problem[] {
-  return error.issues.flatMap((i) =>
-    // An unknown key is a problem at that key's own path, one problem per key.
-    i.code === "unrecognized_keys"
-      ? i.keys.map((k) => ({ path: jsonPath(base, [...i.path, k]), message: `unknown key "${k}"` }))
-      : [{ path: jsonPath(base, i.path), message: i.message }]
-  );
-}
-
-/** `$steps.<id>` references in an expression. */
-function stepRefs(text: string): string[] {
-  return [...text.matchAll(/\$steps\.([A-Za-z][A-Za-z0-9_]*)/g)].map((m) => m[1]!);
-}
-
-/**
- * Validates a workflow document. Returns the typed document, or every problem found, each with
- * its JSON path (`$.steps[1].retry.max_attempts`).
- */
-export function validateWorkflow(
-  raw: unknown,
-): { ok: true; doc: WorkflowDoc } | { ok: false; problems: Problem[] } {
-  const problems: Problem[] = [];
-  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) {
-    return { ok: false, problems: [{ path: "$", message: "a workflow must be a JSON object" }] };
-  }
-  const top = docSchema.safeParse(raw);
-  if (!top.success) problems.push(...zodProblems("$", top.error));
-  const r = raw as Record<string, unknown>;
-  if (typeof r.ir === "string" && !(SUPPORTED_IR as readonly string[]).includes(r.ir)) {
-    problems.push({
-      path: "$.ir",
-      message: r.ir === "orbit-ir/2"
-        ? "orbit-ir/2 is not supported by this server yet; use orbit-ir/1"
-        : `unknown IR version "${r.ir}"; supported: ${SUPPORTED_IR.join(", ")}`,
-    });
-  }
-  if (r.input_schema !== undefined && typeof r.input_schema === "object" && r.input_schema) {
-    try {
-      compileSchema(r.input_schema);
-    } catch (e) {
-      problems.push({
-        path: "$.input_schema",
-        message: `invalid JSON Schema: ${(e as Error).message}`,
-      });
-    }
-  }
-  const steps = Array.isArray(r.steps) ? r.steps : [];
-  const seen = new Map<string, number>();
-  steps.forEach((s, i) => {
-    const base = `$.steps[${i}]`;
-    if (s === null || typeof s !== "object" || Array.isArray(s)) {
-      problems.push({ path: base, message: "a step must be a JSON object" });
-      return;
-    }
-    const step = s as Record<string, unknown>;
-    const kinds = [...IR1_KINDS, ...IR2_KINDS].filter((k) => k in step);
-    if (kinds.length !== 1) {
-      problems.push({
-        path: base,
-        message: kinds.length === 0
-          ? `a step needs one of: ${IR1_KINDS.join(", ")}`
-          : `a step has exactly one kind, found ${kinds.join(" and ")}`,
-      });
-      return;
-    }
-    const kind = kinds[0]!;
-    if ((IR2_KINDS as readonly string[]).includes(kind)) {
-      problems.push({ path: `${base}.${kind}`, message: `\`${kind}\` steps need orbit-ir/2` });
-      return;
-    }
-    const parsed = (kind === "task" ? taskStepSchema : returnStepSchema).safeParse(step);
-    if (!parsed.success) problems.push(...zodProblems(base, parsed.error));
-    if (typeof step.id === "string") {
-      const prev = seen.get(step.id);
-      if (prev !== undefined) {
-        problems.push({
-          path: `${base}.id`,
-          message: `duplicate step id "${step.id}" (also $.steps[${prev}])`,
-        });
-      } else seen.set(step.id, i);
-    }
-    if (kind === "return" && i !== steps.length - 1) {
-      problems.push({ path: base, message: "a return step must be the last step" });
-    }
-    const templates: Array<[string, unknown, boolean]> = kind === "task"
-      ? [[`${base}.input`, step.input, false]]
-      : [[`${base}.return`, step.return, false]];
-    if (kind === "task" && step.compensate && typeof step.compensate === "object") {
-      templates.push([
-        `${base}.compensate.input`,
-        (step.compensate as Record<string, unknown>).input,
-        true,
-      ]);
-    }
-    for (const [path, tpl, ownStepVisible] of templates) {
-      for (const e of expressionsIn(tpl, path)) {
-        try {
-          compile(e.text);
-        } catch (err) {
-          problems.push({ path: e.path, message: `invalid expression: ${(err as Error).message}` });
-          continue;
-        }
-        for (const ref of stepRefs(e.text)) {
-          const at = seen.get(ref);
-          const visible = at !== undefined && (at < i || (ownStepVisible && at === i));
-          if (!visible) {
-            const idx = steps.findIndex((x) => (x as { id?: unknown })?.id === ref);
-            problems.push({
-              path: e.path,
-              message: idx < 0
-                ? `unknown step "${ref}" in $steps.${ref}`
-                : idx === i
-                ? `step "${ref}" cannot read its own output in its input`
-                : `step "${ref}" runs later; an expression can only read steps that ran before it`,
-            });
-          }
-        }
-      }
-    }
-  });
-  if (problems.length > 0) return { ok: false, problems };
-  return { ok: true, doc: raw as WorkflowDoc };
+/** The kind of a (validated) step. */
+export function kindOf(s: Step): StepKind {
+  if ("task" in s) return "task";
+  if ("return" in s) return "return";
+  if ("wait_signal" in s) return "wait_signal";
+  if ("sleep_s" in s) return "sleep";
+  if ("http" in s) return "http";
+  if ("child" in s) return "child";
+  if ("parallel" in s) return "parallel";
+  if ("if" in s) return "if";
+  if ("assign" in s) return "assign";
+  return "continue_as_new";
 }
 
 export function isTaskStep(s: Step): s is TaskStep {
   return "task" in s;
 }
 
-export function retryPolicy(spec: TaskSpec): RetryPolicy {
+export function retryPolicy(spec: TaskSpec | HttpStep): RetryPolicy {
   return { ...DEFAULT_RETRY, ...spec.retry } as RetryPolicy;
 }
 

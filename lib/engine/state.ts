@@ -10,8 +10,18 @@
  *   succeeded | failed | cancelled — closed; its tokens are dead
  * StepAttemptUncertain moves a dispatched step back to scheduled with `redelivery` set; the
  * uncertain token stays live, so a late result of that attempt is still accepted once.
+ * `http` steps go through the same states; the server's HTTP adapter holds their tokens.
+ *
+ * orbit-ir/2 steps that no worker runs (StepStarted: wait_signal, sleep, if, parallel, child)
+ * are `waiting` until a signal, a timer, their branches or the child execution finish them.
+ *
+ * Step lists ("frames", see `tree.ts`): the top-level list's position is `cursor`; every branch
+ * list an `if` or `parallel` step opened has its own in `frames`. A step's StepSucceeded (or
+ * VarsAssigned) moves the cursor of the frame its first event named, so the fold needs no
+ * definition. Step ids are unique across a document, so every event names its step by id.
  */
-import type { ErrorInfo, ExecutionStatus, HistoryEvent } from "./events.ts";
+import type { ChildSpec, ErrorInfo, ExecutionStatus, HistoryEvent, StartedKind } from "./events.ts";
+import { ROOT_FRAME } from "./tree.ts";
 
 export interface TokenInfo {
   worker_id: string;
@@ -25,12 +35,17 @@ export type StepStatus =
   | "scheduled"
   | "dispatched"
   | "backoff"
+  | "waiting"
   | "succeeded"
   | "failed"
   | "cancelled";
 
 export interface StepState {
   id: string;
+  /** `task` (a worker runs it), `http` (the server's adapter runs it) or a StepStarted kind. */
+  kind: "task" | "http" | StartedKind;
+  /** The step list it runs in (`$` for the top level and for compensations). */
+  frame: string;
   status: StepStatus;
   attempt: number;
   task: string;
@@ -48,6 +63,38 @@ export interface StepState {
   deadline_ms: number | null;
   output?: unknown;
   error?: ErrorInfo;
+  /** wait_signal: the signal it waits for. */
+  signal?: string;
+  /** child: what it started, and the child's run once the shell reported it. */
+  child?: ChildSpec;
+  child_run_id?: string;
+  /** if, parallel: the frames of its branches. */
+  branches?: string[];
+}
+
+/** A branch list (or a handler run) in progress. */
+export interface FrameState {
+  /** Index of the step of this list that runs now (or next). */
+  cursor: number;
+  /** Output of the last step that finished in this list: the branch's output. */
+  last_output: unknown;
+  /** The if or parallel step the list belongs to (null for a handler run's own list). */
+  owner: string | null;
+}
+
+/**
+ * Steps of handler runs are named `<step id>@<signal seq>` (step ids hold no `@`): one handler
+ * can run for several signals at once. They have no `$steps` output outside their run.
+ */
+export function isHandlerStep(id: string): boolean {
+  return id.includes("@");
+}
+
+/** A signal kept for the next `wait_signal` that waits for its name. */
+export interface BufferedSignal {
+  seq: number;
+  signal: string;
+  payload: unknown;
 }
 
 export interface TimerState {
@@ -67,8 +114,9 @@ export interface ExecutionState {
   input: unknown;
   status: ExecutionStatus;
   phase: "running" | "compensating" | "closed";
-  /** Index of the main step that runs now (or next). */
+  /** Index of the top-level step that runs now (or next); branch lists are in `frames`. */
   cursor: number;
+  frames: Record<string, FrameState>;
   steps: Record<string, StepState>;
   /** `$steps`: outputs of the main steps that succeeded. */
   outputs: Record<string, unknown>;
@@ -76,11 +124,26 @@ export interface ExecutionState {
   completed: string[];
   /** Compensations still to run, next first. */
   compensation_queue: string[];
-  compensation_reason: "failed" | "cancelled" | null;
+  compensation_reason: "failed" | "cancelled" | "timed_out" | null;
   compensation_failures: Array<{ step: string; error: ErrorInfo }>;
   failure: ErrorInfo | null;
   cancel_reason: string | null;
+  /** The workflow's `timeout_s` timer fired while it ran. */
+  timed_out: boolean;
+  /** When that timer fires (kept after the run closes: continue-as-new carries it over). */
+  timeout_at_ms: number | null;
   timers: Record<string, TimerState>;
+  /** `$vars`: workflow variables set by `assign` steps and handlers. */
+  vars: Record<string, unknown>;
+  /** Signals received and not yet consumed by a `wait_signal`, oldest first. */
+  signals: BufferedSignal[];
+  /** Handler runs in progress, by the seq of their SignalReceived (their frame is `@<seq>`). */
+  handlers: Record<string, { signal: string; payload: unknown }>;
+  /** 1 for the first run of an execution, n for its n-th (continue-as-new). */
+  run_number: number;
+  continued_from: string | null;
+  /** Set when the run ended with continue-as-new: the next run and its input. */
+  continued: { run_id: string; input: unknown } | null;
   output: unknown;
   error: ErrorInfo | null;
   created_ms: number;
@@ -100,6 +163,7 @@ export function emptyState(): ExecutionState {
     status: "running",
     phase: "running",
     cursor: 0,
+    frames: {},
     steps: {},
     outputs: {},
     completed: [],
@@ -108,7 +172,15 @@ export function emptyState(): ExecutionState {
     compensation_failures: [],
     failure: null,
     cancel_reason: null,
+    timed_out: false,
+    timeout_at_ms: null,
     timers: {},
+    vars: {},
+    signals: [],
+    handlers: {},
+    run_number: 1,
+    continued_from: null,
+    continued: null,
     output: null,
     error: null,
     created_ms: 0,
@@ -125,6 +197,45 @@ function step(s: ExecutionState, id: string, e: HistoryEvent): StepState {
   const st = s.steps[id];
   if (!st) throw new HistoryError(`event seq ${e.seq} (${e.type}) names unknown step "${id}"`);
   return st;
+}
+
+/** Moves the cursor of `frame` past a step that finished with `output`. */
+function advanceFrame(s: ExecutionState, frame: string, output: unknown, e: HistoryEvent): void {
+  if (frame === ROOT_FRAME) {
+    s.cursor++;
+    return;
+  }
+  const f = s.frames[frame];
+  if (!f) throw new HistoryError(`event seq ${e.seq} (${e.type}) names unknown frame "${frame}"`);
+  f.cursor++;
+  f.last_output = output;
+}
+
+/** Drops a closed step's own timers (sleep, signal or child timeout); retry timers stay. */
+function dropStepTimers(s: ExecutionState, id: string): void {
+  for (const [tid, t] of Object.entries(s.timers)) {
+    if (t.step === id && t.purpose !== "retry") delete s.timers[tid];
+  }
+}
+
+function newStep(id: string, kind: StepState["kind"], frame: string | undefined): StepState {
+  return {
+    id,
+    kind,
+    frame: frame ?? ROOT_FRAME,
+    status: "waiting",
+    attempt: 1,
+    task: "",
+    contract: "",
+    language: null,
+    input: null,
+    idempotency_key: "",
+    timeout_ms: null,
+    compensation: false,
+    redelivery: false,
+    tokens: {},
+    deadline_ms: null,
+  };
 }
 
 /** Ends the current attempt: its tokens are dead from now on. */
@@ -151,12 +262,16 @@ export function apply(s: ExecutionState, e: HistoryEvent): ExecutionState {
         version: e.version,
         input: e.input,
         created_ms: e.time_ms,
+        run_number: e.run ?? 1,
+        continued_from: e.continued_from ?? null,
       });
       break;
     case "StepScheduled": {
       const prev = s.steps[e.step];
       s.steps[e.step] = {
         id: e.step,
+        kind: e.kind ?? "task",
+        frame: e.frame ?? ROOT_FRAME,
         status: "scheduled",
         attempt: e.attempt,
         task: e.task,
@@ -172,6 +287,28 @@ export function apply(s: ExecutionState, e: HistoryEvent): ExecutionState {
       };
       break;
     }
+    case "StepStarted": {
+      const st = newStep(e.step, e.kind, e.frame);
+      st.attempt = e.attempt;
+      st.timeout_ms = e.timeout_ms ?? null;
+      if (e.signal !== undefined) st.signal = e.signal;
+      if (e.child !== undefined) {
+        st.child = e.child;
+        st.input = e.child.input;
+      }
+      const frames = e.branch !== undefined
+        ? [`${e.step}.${e.branch}`]
+        : e.branches !== undefined
+        ? Array.from({ length: e.branches }, (_, i) => `${e.step}[${i}]`)
+        : [];
+      if (e.kind === "if" || e.kind === "parallel") st.branches = frames;
+      for (const f of frames) s.frames[f] = { cursor: 0, last_output: null, owner: e.step };
+      s.steps[e.step] = st;
+      break;
+    }
+    case "ChildStarted":
+      step(s, e.step, e).child_run_id = e.run_id;
+      break;
     case "StepDispatched": {
       const st = step(s, e.step, e);
       st.status = "dispatched";
@@ -197,12 +334,14 @@ export function apply(s: ExecutionState, e: HistoryEvent): ExecutionState {
       st.status = "succeeded";
       st.output = e.output;
       closeAttempt(st);
+      dropStepTimers(s, st.id);
+      if (e.signal_seq !== undefined) s.signals = s.signals.filter((x) => x.seq !== e.signal_seq);
       if (st.compensation) {
         s.compensation_queue = s.compensation_queue.filter((x) => x !== st.id);
       } else {
-        s.outputs[st.id] = e.output;
+        if (!isHandlerStep(st.id)) s.outputs[st.id] = e.output;
         s.completed.push(st.id);
-        s.cursor++;
+        advanceFrame(s, st.frame, e.output, e);
       }
       break;
     }
@@ -214,6 +353,7 @@ export function apply(s: ExecutionState, e: HistoryEvent): ExecutionState {
         st.status = "backoff";
       } else {
         st.status = "failed";
+        dropStepTimers(s, st.id);
         if (st.compensation) {
           s.compensation_queue = s.compensation_queue.filter((x) => x !== st.id);
           s.compensation_failures.push({ step: st.id, error: e.error });
@@ -237,10 +377,39 @@ export function apply(s: ExecutionState, e: HistoryEvent): ExecutionState {
         ...(e.step !== undefined ? { step: e.step } : {}),
         ...(e.attempt !== undefined ? { attempt: e.attempt } : {}),
       };
+      if (e.purpose === "timeout" && e.step === undefined) s.timeout_at_ms = e.fire_at_ms;
       break;
-    case "TimerFired":
+    case "TimerFired": {
+      const t = s.timers[e.timer_id];
+      // The workflow's own deadline (a timeout timer of no step) ends a run that still runs.
+      if (t && t.purpose === "timeout" && t.step === undefined && s.phase === "running") {
+        s.timed_out = true;
+      }
       delete s.timers[e.timer_id];
       break;
+    }
+    case "SignalReceived":
+      if (e.buffered) s.signals.push({ seq: e.seq, signal: e.signal, payload: e.payload });
+      if (e.handler) {
+        s.handlers[String(e.seq)] = { signal: e.signal, payload: e.payload };
+        s.frames[`@${e.seq}`] = { cursor: 0, last_output: null, owner: null };
+      }
+      break;
+    case "HandlerCompleted":
+      delete s.handlers[String(e.signal_seq)];
+      delete s.frames[`@${e.signal_seq}`];
+      break;
+    case "VarsAssigned": {
+      Object.assign(s.vars, e.vars);
+      const st = newStep(e.step, "assign", e.frame);
+      st.status = "succeeded";
+      st.output = e.vars;
+      s.steps[e.step] = st;
+      if (!isHandlerStep(e.step)) s.outputs[e.step] = e.vars;
+      s.completed.push(e.step);
+      advanceFrame(s, st.frame, e.vars, e);
+      break;
+    }
     case "CompensationStarted":
       s.phase = "compensating";
       s.compensation_reason = e.reason;
@@ -262,6 +431,14 @@ export function apply(s: ExecutionState, e: HistoryEvent): ExecutionState {
       close(s, "cancelled", e.time_ms);
       s.error = e.error ?? null;
       break;
+    case "WorkflowTimedOut":
+      close(s, "timed_out", e.time_ms);
+      s.error = e.error;
+      break;
+    case "WorkflowContinuedAsNew":
+      close(s, "continued", e.time_ms);
+      s.continued = { run_id: e.new_run_id, input: e.input };
+      break;
     default: {
       const never: never = e;
       throw new HistoryError(`unknown event type ${(never as { type: string }).type}`);
@@ -282,11 +459,16 @@ function close(s: ExecutionState, status: ExecutionStatus, at: number): void {
   s.closed_ms = at;
   s.timers = {};
   for (const st of Object.values(s.steps)) {
-    if (st.status === "scheduled" || st.status === "dispatched" || st.status === "backoff") {
+    if (isOpenStatus(st.status)) {
       st.status = "cancelled";
       closeAttempt(st);
     }
   }
+}
+
+export function isOpenStatus(status: StepStatus): boolean {
+  return status === "scheduled" || status === "dispatched" || status === "backoff" ||
+    status === "waiting";
 }
 
 /** Rebuilds the state of a run from its whole history. */
@@ -302,12 +484,13 @@ export function stepOfToken(s: ExecutionState, token: string): StepState | undef
   return undefined;
 }
 
-/** Live tokens of the run with the session that holds each. */
+/** Live tokens of worker tasks with the session that holds each (http tokens are the server's). */
 export function liveTokens(
   s: ExecutionState,
 ): Array<{ token: string; step: StepState; info: TokenInfo }> {
   const out = [];
   for (const st of Object.values(s.steps)) {
+    if (st.kind !== "task") continue;
     for (const [token, info] of Object.entries(st.tokens)) out.push({ token, step: st, info });
   }
   return out;
@@ -316,10 +499,17 @@ export function liveTokens(
 /** Steps waiting for a worker. */
 export function queuedSteps(s: ExecutionState): StepState[] {
   if (s.phase === "closed") return [];
-  return Object.values(s.steps).filter((st) => st.status === "scheduled");
+  return Object.values(s.steps).filter((st) => st.status === "scheduled" && st.kind === "task");
 }
 
 /** Attempts a worker holds right now (dispatched and unanswered). */
 export function inFlightCount(s: ExecutionState): number {
-  return Object.values(s.steps).filter((st) => st.status === "dispatched").length;
+  return Object.values(s.steps).filter((st) => st.status === "dispatched" && st.kind === "task")
+    .length;
+}
+
+/** Open steps of one kind (the HTTP adapter's and the child coordinator's work). */
+export function openSteps(s: ExecutionState, kind: StepState["kind"]): StepState[] {
+  if (s.phase === "closed") return [];
+  return Object.values(s.steps).filter((st) => st.kind === kind && isOpenStatus(st.status));
 }

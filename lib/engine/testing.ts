@@ -46,6 +46,14 @@ export function workflow(steps: Step[], extra: Partial<WorkflowDoc> = {}): Workf
   return { ir: "orbit-ir/1", name: "Test", version: "1.0.0", steps, ...extra };
 }
 
+/** An `orbit-ir/2` document named `Test2` 1.0.0 with the given steps. */
+export function workflow2(
+  steps: Array<Step | Record<string, unknown>>,
+  extra: Partial<WorkflowDoc> | Record<string, unknown> = {},
+): WorkflowDoc {
+  return { ir: "orbit-ir/2", name: "Test2", version: "1.0.0", steps, ...extra } as WorkflowDoc;
+}
+
 /** A worker error. */
 export function err(code: string, extra: Partial<ErrorInfo> = {}): ErrorInfo {
   return { code, message: `${code} happened`, ...extra };
@@ -123,6 +131,20 @@ export class Driver {
   /** Dispatches and completes a step in one go. */
   async run(step: string, output: unknown = null): Promise<Decision> {
     return await this.complete(await this.dispatch(step), output);
+  }
+
+  signal(name: string, payload: unknown = null) {
+    return this.send({ type: "signal", name, payload });
+  }
+
+  /** Reports the end of the child execution of `step` (its id is read from the state). */
+  childResult(
+    step: string,
+    status: "completed" | "failed" | "cancelled" | "timed_out",
+    result: { output?: unknown; error?: ErrorInfo } = {},
+  ) {
+    const id = this.step(step).child?.execution_id ?? "?";
+    return this.send({ type: "child_result", step, execution_id: id, status, ...result });
   }
 
   timer(timer_id: string) {

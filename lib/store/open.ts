@@ -3,9 +3,13 @@ import type { Store } from "./store.ts";
 import { openSqliteStore } from "./sqlite.ts";
 import { openPostgresStore } from "./postgres.ts";
 
-export async function openStore(db: string): Promise<Store> {
+/** With `fence` (standby mode, PostgreSQL only), every append checks the cluster term. */
+export async function openStore(
+  db: string,
+  opts: { fence?: () => number | null } = {},
+): Promise<Store> {
   const store = /^postgres(ql)?:\/\//.test(db)
-    ? await openPostgresStore(db)
+    ? await openPostgresStore(db, opts.fence ? { fence: opts.fence } : {})
     : await openSqliteStore(db);
   await store.migrate();
   return store;

@@ -35,7 +35,13 @@ import {
   type ExecutionRow,
   FencedError,
   type ListExecutionsQuery,
+  type ScheduleAdvance,
+  type ScheduleClaim,
+  type ScheduleCount,
+  type ScheduleRow,
+  type ScheduleUpdate,
   type Store,
+  termFencedError,
 } from "./store.ts";
 
 export interface PostgresStoreOptions {
@@ -174,6 +180,9 @@ function toDefinitionRow(r: WorkflowDefinitionsRecord): DefinitionRow {
   };
 }
 
+/** A row of `orbit_schedules` as a plain object (postgres.js types jsonb, boolean and bigint). */
+const toScheduleRow = (r: ScheduleRow): ScheduleRow => ({ ...r });
+
 class PostgresStore implements Store {
   readonly kind = "postgres" as const;
   readonly #sql: postgres.Sql;
@@ -311,6 +320,126 @@ class PostgresStore implements Store {
   async countRunning(): Promise<number> {
     const [r] = await this.#query<{ n: number }>(q.COUNT_RUNNING);
     return r?.n ?? 0;
+  }
+
+  async createSchedule(row: ScheduleRow): Promise<boolean> {
+    const rows = await this.#query(q.INSERT_SCHEDULE, [
+      row.schedule_id,
+      row.spec,
+      row.workflow,
+      row.next_fire_ms,
+      row.paused,
+      row.fired,
+      row.skipped,
+      row.claimed_by,
+      row.claimed_until_ms,
+      row.created_ms,
+      row.updated_ms,
+      row.buffered_ms,
+      row.last_fired_ms,
+    ]);
+    return rows.length === 1;
+  }
+
+  async getSchedule(scheduleId: string): Promise<ScheduleRow | null> {
+    const [r] = await this.#query<ScheduleRow>(q.GET_SCHEDULE, [scheduleId]);
+    return r ? toScheduleRow(r) : null;
+  }
+
+  async listSchedules(): Promise<ScheduleRow[]> {
+    return (await this.#query<ScheduleRow>(q.LIST_SCHEDULES)).map(toScheduleRow);
+  }
+
+  async updateSchedule(scheduleId: string, u: ScheduleUpdate): Promise<ScheduleRow | null> {
+    const [r] = await this.#query<ScheduleRow>(q.UPDATE_SCHEDULE, [
+      scheduleId,
+      u.spec,
+      u.workflow,
+      u.paused,
+      u.next_fire_ms !== undefined,
+      u.next_fire_ms ?? null,
+      u.now,
+    ]);
+    return r ? toScheduleRow(r) : null;
+  }
+
+  async deleteSchedule(scheduleId: string): Promise<boolean> {
+    return (await this.#query(q.DELETE_SCHEDULE, [scheduleId])).length === 1;
+  }
+
+  async dueSchedules(now: number, owner: string, limit: number): Promise<ScheduleRow[]> {
+    return (await this.#query<ScheduleRow>(q.DUE_SCHEDULES, [now, owner, limit])).map(
+      toScheduleRow,
+    );
+  }
+
+  async nextScheduleFireMs(): Promise<number | null> {
+    const [r] = await this.#query<{ next: number | null }>(q.NEXT_SCHEDULE_FIRE);
+    return r?.next ?? null;
+  }
+
+  /**
+   * Runs a schedule write, fenced when the term (the caller's, else this store's fence) is a
+   * number: a write the guard refused because the cluster moved on is a FencedError, not a
+   * lost compare-and-set.
+   */
+  async #scheduleWrite(
+    plain: string,
+    fenced: string,
+    fence: number | null | undefined,
+    params: unknown[],
+  ): Promise<boolean> {
+    const term = fence === undefined ? this.#fence() : fence;
+    const [r] = await this.#query<{ n: number; term: number | null }>(
+      term === null ? plain : fenced,
+      term === null ? params : [...params, term],
+    );
+    if (term !== null && r?.term !== term) throw termFencedError(term, r?.term ?? null);
+    return r?.n === 1;
+  }
+
+  claimSchedule(c: ScheduleClaim): Promise<boolean> {
+    return this.#scheduleWrite(q.CLAIM_SCHEDULE, q.CLAIM_SCHEDULE_FENCED, c.term, [
+      c.schedule_id,
+      c.next_fire_ms,
+      c.owner,
+      c.until_ms,
+      c.now,
+    ]);
+  }
+
+  advanceSchedule(a: ScheduleAdvance): Promise<boolean> {
+    return this.#scheduleWrite(q.ADVANCE_SCHEDULE, q.ADVANCE_SCHEDULE_FENCED, a.term, [
+      a.schedule_id,
+      a.owner,
+      a.claimed_next_fire_ms,
+      a.next_fire_ms,
+      a.buffered_ms,
+      a.last_fired_ms,
+      a.fired,
+      a.skipped,
+    ]);
+  }
+
+  countSchedule(scheduleId: string, c: ScheduleCount): Promise<boolean> {
+    return this.#scheduleWrite(q.COUNT_SCHEDULE, q.COUNT_SCHEDULE_FENCED, c.term, [
+      scheduleId,
+      c.fired,
+      c.skipped,
+      c.last_fired_ms,
+    ]);
+  }
+
+  async dropScheduleClaims(): Promise<number> {
+    return (await this.#query(q.DROP_SCHEDULE_CLAIMS)).length;
+  }
+
+  async runningScheduleExecutions(scheduleId: string): Promise<string[]> {
+    const rows = await this.#query<{ execution_id: string }>(q.RUNNING_SCHEDULE_EXECUTIONS, [
+      `${scheduleId}@`,
+      `${scheduleId}A`,
+    ]);
+    return rows.map((r) => r.execution_id);
   }
 }
 

@@ -28,7 +28,13 @@ import {
   type ExecutionPage,
   type ExecutionRow,
   type ListExecutionsQuery,
+  type ScheduleAdvance,
+  type ScheduleClaim,
+  type ScheduleCount,
+  type ScheduleRow,
+  type ScheduleUpdate,
   type Store,
+  termFencedError,
 } from "./store.ts";
 
 type SqlValue = null | number | bigint | string | Uint8Array;
@@ -60,6 +66,16 @@ interface WorkflowDefinitionsRecord {
   document: string;
   hash: string;
   created_ms: number;
+}
+
+/** A row of `orbit_schedules` as SQLite returns it. */
+interface OrbitSchedulesRecord extends Omit<ScheduleRow, "spec" | "paused"> {
+  spec: string;
+  paused: number;
+}
+
+function toScheduleRow(r: OrbitSchedulesRecord): ScheduleRow {
+  return { ...r, spec: JSON.parse(r.spec), paused: r.paused === 1 };
 }
 
 /** A `first page` cursor: above every real row in (created_ms DESC, execution_id DESC). */
@@ -324,6 +340,127 @@ class SqliteStore implements Store {
 
   countRunning(): Promise<number> {
     return this.#run(() => this.#get<{ n: number }>(q.COUNT_RUNNING)?.n ?? 0);
+  }
+
+  createSchedule(row: ScheduleRow): Promise<boolean> {
+    return this.#run(() => {
+      const { changes } = this.#stmt(q.INSERT_SCHEDULE).run({
+        ...row,
+        spec: JSON.stringify(row.spec),
+        paused: row.paused ? 1 : 0,
+      });
+      return Number(changes) === 1;
+    });
+  }
+
+  getSchedule(scheduleId: string): Promise<ScheduleRow | null> {
+    return this.#run(() => {
+      const r = this.#get<OrbitSchedulesRecord>(q.GET_SCHEDULE, { schedule_id: scheduleId });
+      return r ? toScheduleRow(r) : null;
+    });
+  }
+
+  listSchedules(): Promise<ScheduleRow[]> {
+    return this.#run(() => this.#all<OrbitSchedulesRecord>(q.LIST_SCHEDULES).map(toScheduleRow));
+  }
+
+  updateSchedule(scheduleId: string, u: ScheduleUpdate): Promise<ScheduleRow | null> {
+    return this.#run(() => {
+      const r = this.#get<OrbitSchedulesRecord>(q.UPDATE_SCHEDULE, {
+        schedule_id: scheduleId,
+        spec: JSON.stringify(u.spec),
+        workflow: u.workflow,
+        paused: u.paused ? 1 : 0,
+        reset_next: u.next_fire_ms === undefined ? 0 : 1,
+        next_fire_ms: u.next_fire_ms ?? null,
+        now: u.now,
+      });
+      return r ? toScheduleRow(r) : null;
+    });
+  }
+
+  deleteSchedule(scheduleId: string): Promise<boolean> {
+    return this.#run(() =>
+      Number(this.#stmt(q.DELETE_SCHEDULE).run({ schedule_id: scheduleId }).changes) === 1
+    );
+  }
+
+  dueSchedules(now: number, owner: string, limit: number): Promise<ScheduleRow[]> {
+    return this.#run(() =>
+      this.#all<OrbitSchedulesRecord>(q.DUE_SCHEDULES, { now, owner, limit }).map(toScheduleRow)
+    );
+  }
+
+  nextScheduleFireMs(): Promise<number | null> {
+    return this.#run(() => this.#get<{ next: number | null }>(q.NEXT_SCHEDULE_FIRE)?.next ?? null);
+  }
+
+  /**
+   * Runs a schedule write, fenced when `term` is a number: a write the guard refused because
+   * the cluster moved past the term is a FencedError, not a lost compare-and-set.
+   */
+  #scheduleWrite(plain: string, fenced: string, term: number | null, params: Params): boolean {
+    return this.#transaction(q.BEGIN_IMMEDIATE, () => {
+      const sql = term === null ? plain : fenced;
+      const { changes } = this.#stmt(sql).run(term === null ? params : { ...params, term });
+      if (Number(changes) === 1) return true;
+      if (term !== null) {
+        const current = this.#get<{ term: number }>(q.GET_TERM)?.term ?? null;
+        if (current !== term) throw termFencedError(term, current);
+      }
+      return false;
+    });
+  }
+
+  claimSchedule(c: ScheduleClaim): Promise<boolean> {
+    return this.#run(() =>
+      this.#scheduleWrite(q.CLAIM_SCHEDULE, q.CLAIM_SCHEDULE_FENCED, c.term ?? null, {
+        schedule_id: c.schedule_id,
+        next_fire_ms: c.next_fire_ms,
+        owner: c.owner,
+        until_ms: c.until_ms,
+        now: c.now,
+      })
+    );
+  }
+
+  advanceSchedule(a: ScheduleAdvance): Promise<boolean> {
+    return this.#run(() =>
+      this.#scheduleWrite(q.ADVANCE_SCHEDULE, q.ADVANCE_SCHEDULE_FENCED, a.term ?? null, {
+        schedule_id: a.schedule_id,
+        owner: a.owner,
+        claimed_next_fire_ms: a.claimed_next_fire_ms,
+        next_fire_ms: a.next_fire_ms,
+        buffered_ms: a.buffered_ms,
+        last_fired_ms: a.last_fired_ms,
+        fired: a.fired,
+        skipped: a.skipped,
+      })
+    );
+  }
+
+  countSchedule(scheduleId: string, c: ScheduleCount): Promise<boolean> {
+    return this.#run(() =>
+      this.#scheduleWrite(q.COUNT_SCHEDULE, q.COUNT_SCHEDULE_FENCED, c.term ?? null, {
+        schedule_id: scheduleId,
+        fired: c.fired,
+        skipped: c.skipped,
+        last_fired_ms: c.last_fired_ms,
+      })
+    );
+  }
+
+  dropScheduleClaims(): Promise<number> {
+    return this.#run(() => Number(this.#stmt(q.DROP_SCHEDULE_CLAIMS).run().changes));
+  }
+
+  runningScheduleExecutions(scheduleId: string): Promise<string[]> {
+    return this.#run(() =>
+      this.#all<{ execution_id: string }>(q.RUNNING_SCHEDULE_EXECUTIONS, {
+        lo: `${scheduleId}@`,
+        hi: `${scheduleId}A`,
+      }).map((r) => r.execution_id)
+    );
   }
 }
 

@@ -63,6 +63,91 @@ export class FencedError extends Error {
   override name = "FencedError";
 }
 
+/** The FencedError of a write refused because the cluster moved past the caller's term. */
+export function termFencedError(held: number, current: number | null): FencedError {
+  return new FencedError(
+    `fenced: this server led term ${held}, but the cluster is at term ${current}; ` +
+      "another server is the leader",
+  );
+}
+
+/**
+ * A row of `orbit_schedules`. `spec` is the schedule's definition as `lib/schedules.ts` writes
+ * it (everything of the SPEC §6 object but `schedule_id` and `paused`, which are columns).
+ * Who moves what: the schedule service writes spec, workflow and paused (and next_fire_ms when
+ * the timing changes); the scheduler writes claims, counts, buffered_ms, last_fired_ms and
+ * advances next_fire_ms.
+ */
+export interface ScheduleRow {
+  schedule_id: string;
+  spec: Record<string, unknown>;
+  workflow: string;
+  paused: boolean;
+  /** The next occurrence to handle; null when the schedule has none (a cron without future). */
+  next_fire_ms: number | null;
+  /** buffer_one: the occurrence waiting for the running one to end. */
+  buffered_ms: number | null;
+  /** The occurrence of the latest start. */
+  last_fired_ms: number | null;
+  fired: number;
+  skipped: number;
+  claimed_by: string | null;
+  claimed_until_ms: number | null;
+  created_ms: number;
+  updated_ms: number;
+}
+
+/**
+ * The fence of a scheduler write, for the cluster modes: the term this server leads. The write
+ * happens only while the cluster is at that term, checked in the same statement; otherwise the
+ * store throws FencedError. Undefined: the store's own fence (PostgreSQL's `fence` option), or
+ * none; null: no fence (a single server).
+ */
+export interface ScheduleFence {
+  term?: number | null;
+}
+
+/** A changed schedule definition (PATCH, pause, resume). */
+export interface ScheduleUpdate {
+  spec: Record<string, unknown>;
+  workflow: string;
+  paused: boolean;
+  /** The new next occurrence; undefined keeps the stored one (the scheduler may be moving it). */
+  next_fire_ms?: number | null;
+  now: number;
+}
+
+/** The claim of a schedule's due work: a compare-and-set on the next_fire_ms read. */
+export interface ScheduleClaim extends ScheduleFence {
+  schedule_id: string;
+  next_fire_ms: number | null;
+  owner: string;
+  until_ms: number;
+  now: number;
+}
+
+/** What the claim's owner did with it; releases the claim. */
+export interface ScheduleAdvance extends ScheduleFence {
+  schedule_id: string;
+  owner: string;
+  /** The next_fire_ms the claim was taken at; a PATCH that moved it since wins. */
+  claimed_next_fire_ms: number | null;
+  next_fire_ms: number | null;
+  buffered_ms: number | null;
+  /** Null keeps the stored value. */
+  last_fired_ms: number | null;
+  fired: number;
+  skipped: number;
+}
+
+/** Counts added outside a claim (a trigger). */
+export interface ScheduleCount extends ScheduleFence {
+  fired: number;
+  skipped: number;
+  /** Null keeps the stored value. */
+  last_fired_ms: number | null;
+}
+
 /** Raised by `commit` when a `create` item's execution id already exists. */
 export class DuplicateExecutionError extends Error {
   override name = "DuplicateExecutionError";
@@ -99,6 +184,32 @@ export interface Store {
   loadRunning(): Promise<Array<{ row: ExecutionRow; events: HistoryEvent[] }>>;
   /** Number of executions with status `running`. */
   countRunning(): Promise<number>;
+
+  /** Inserts a schedule; false (nothing written) when its id exists. */
+  createSchedule(row: ScheduleRow): Promise<boolean>;
+  getSchedule(scheduleId: string): Promise<ScheduleRow | null>;
+  /** Every schedule, by id. */
+  listSchedules(): Promise<ScheduleRow[]>;
+  /** Writes a changed definition; answers the row after it, or null for an unknown id. */
+  updateSchedule(scheduleId: string, update: ScheduleUpdate): Promise<ScheduleRow | null>;
+  deleteSchedule(scheduleId: string): Promise<boolean>;
+  /**
+   * Schedules with work at `now` (an occurrence due, or a buffered one), not paused, not
+   * claimed by another owner while the claim lives; earliest first, at most `limit`.
+   */
+  dueSchedules(now: number, owner: string, limit: number): Promise<ScheduleRow[]>;
+  /** The earliest next_fire_ms of the schedules that are not paused. */
+  nextScheduleFireMs(): Promise<number | null>;
+  /** The first compare-and-set: true when this owner now holds the claim. */
+  claimSchedule(claim: ScheduleClaim): Promise<boolean>;
+  /** The second compare-and-set: true when the owner still held the claim and wrote. */
+  advanceSchedule(advance: ScheduleAdvance): Promise<boolean>;
+  /** Adds to a schedule's counts; false for an unknown id. */
+  countSchedule(scheduleId: string, count: ScheduleCount): Promise<boolean>;
+  /** Drops every claim (a new leader's first act); answers how many there were. */
+  dropScheduleClaims(): Promise<number>;
+  /** Ids of the running executions of a schedule (`<schedule id>@…`), in id order. */
+  runningScheduleExecutions(scheduleId: string): Promise<string[]>;
 }
 
 /** Raised by `listExecutions` for a cursor it did not issue (a client error: answer 400). */

@@ -18,6 +18,7 @@ import {
   InvalidCursorError,
   type Store,
 } from "./store.ts";
+import { runScheduleConformance } from "./store_conformance_schedules.ts";
 
 export interface ConformanceOptions {
   /** A new store on the same database as `store` (which may be closed by then). */
@@ -402,4 +403,6 @@ export function runStoreConformance(
     ]);
     assert.equal(await store.countRunning(), 2);
   });
+
+  runScheduleConformance(test);
 }

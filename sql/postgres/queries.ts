@@ -191,3 +191,142 @@ export const COUNT_RUNNING =
 
 /** The current leadership term (for the fence's error message and for tests). */
 export const GET_TERM = "SELECT term FROM orbit_cluster WHERE id = 1";
+
+// ---------------------------------------------------------------------------------------------
+// orbit_schedules (lib/scheduler.ts is the only writer of claims, counts and next_fire_ms
+// advances; lib/schedule_service.ts writes definitions).
+
+const SCHEDULE_COLUMNS = `schedule_id, spec, workflow, next_fire_ms, paused, fired, skipped,
+  claimed_by, claimed_until_ms, created_ms, updated_ms, buffered_ms, last_fired_ms`;
+
+/**
+ * Wraps one UPDATE of a schedule so that it answers `n` (rows written) and, fenced, `term`.
+ * The fenced form ($term = the term this server leads) locks the cluster row FOR SHARE, so no
+ * new leader can bump the term until this statement commits, and writes nothing unless the term
+ * is still $term (the same check as COMMIT_FENCED); the store raises FencedError when the
+ * answered term differs.
+ */
+function scheduleWrite(update: string, termParam: number | null): string {
+  if (termParam === null) {
+    return `WITH done AS (${update} RETURNING 1)
+SELECT (SELECT count(*) FROM done) AS n, NULL::bigint AS term`;
+  }
+  return `
+WITH fence AS (SELECT term FROM orbit_cluster WHERE id = 1 FOR SHARE),
+done AS (${update} AND (SELECT term FROM fence) = $${termParam}::bigint RETURNING 1)
+SELECT (SELECT count(*) FROM done) AS n, (SELECT term FROM fence) AS term`;
+}
+
+/**
+ * Inserts a schedule unless its id exists; answers the id only when it inserted (409
+ * SCHEDULE_EXISTS otherwise). Params: $1…$13 in SCHEDULE_COLUMNS order ($2 spec as jsonb).
+ */
+export const INSERT_SCHEDULE = `
+INSERT INTO orbit_schedules (${SCHEDULE_COLUMNS})
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+ON CONFLICT (schedule_id) DO NOTHING
+RETURNING schedule_id`;
+
+/** One schedule. Params: $1 schedule_id. */
+export const GET_SCHEDULE = `
+SELECT ${SCHEDULE_COLUMNS} FROM orbit_schedules WHERE schedule_id = $1`;
+
+/** Every schedule, by id. */
+export const LIST_SCHEDULES = `
+SELECT ${SCHEDULE_COLUMNS} FROM orbit_schedules ORDER BY schedule_id`;
+
+/**
+ * Writes a changed definition (PATCH, pause, resume). next_fire_ms moves only when $5 is true:
+ * otherwise the scheduler's advance, which may be running, keeps its value.
+ * Params: $1 schedule_id, $2 spec (jsonb), $3 workflow, $4 paused, $5 reset_next,
+ * $6 next_fire_ms, $7 now.
+ */
+export const UPDATE_SCHEDULE = `
+UPDATE orbit_schedules SET spec = $2::jsonb, workflow = $3, paused = $4,
+  next_fire_ms = CASE WHEN $5::boolean THEN $6::bigint ELSE next_fire_ms END,
+  updated_ms = $7
+WHERE schedule_id = $1
+RETURNING ${SCHEDULE_COLUMNS}`;
+
+/** Params: $1 schedule_id. */
+export const DELETE_SCHEDULE = "DELETE FROM orbit_schedules WHERE schedule_id = $1 RETURNING 1";
+
+/**
+ * Schedules with work for the scheduler at $1: an occurrence due, or a buffered one waiting
+ * for its predecessor to end; not paused; not claimed by another owner while the claim lives
+ * (the owner's own live claim, left by a pass that failed half-way, does not keep it out).
+ * Params: $1 now, $2 owner, $3 limit.
+ */
+export const DUE_SCHEDULES = `
+SELECT ${SCHEDULE_COLUMNS} FROM orbit_schedules
+WHERE NOT paused AND (next_fire_ms <= $1 OR buffered_ms IS NOT NULL)
+  AND (claimed_by IS NULL OR claimed_until_ms < $1 OR claimed_by = $2)
+ORDER BY next_fire_ms, schedule_id LIMIT $3`;
+
+/** The earliest next occurrence of any schedule that is not paused (the scheduler's timer). */
+export const NEXT_SCHEDULE_FIRE =
+  "SELECT min(next_fire_ms) AS next FROM orbit_schedules WHERE NOT paused";
+
+const CLAIM = `
+UPDATE orbit_schedules SET claimed_by = $3, claimed_until_ms = $4
+WHERE schedule_id = $1 AND next_fire_ms IS NOT DISTINCT FROM $2::bigint AND NOT paused
+  AND (claimed_by IS NULL OR claimed_until_ms < $5 OR claimed_by = $3)`;
+
+/**
+ * The claim of an occurrence: a compare-and-set on the next_fire_ms the scheduler read, so of
+ * several schedulers that read the same row exactly one takes it (`n` 1).
+ * Params: $1 schedule_id, $2 next_fire_ms, $3 owner, $4 until_ms, $5 now.
+ */
+export const CLAIM_SCHEDULE = scheduleWrite(CLAIM, null);
+/** CLAIM_SCHEDULE of a clustered leader. Params: those of CLAIM_SCHEDULE, $6 term. */
+export const CLAIM_SCHEDULE_FENCED = scheduleWrite(CLAIM, 6);
+
+const ADVANCE = `
+UPDATE orbit_schedules SET
+  next_fire_ms = CASE WHEN next_fire_ms IS NOT DISTINCT FROM $3::bigint THEN $4::bigint
+    ELSE next_fire_ms END,
+  buffered_ms = $5::bigint,
+  last_fired_ms = coalesce($6::bigint, last_fired_ms),
+  fired = fired + $7, skipped = skipped + $8,
+  claimed_by = NULL, claimed_until_ms = NULL
+WHERE schedule_id = $1 AND claimed_by = $2`;
+
+/**
+ * The advance after an occurrence was handled: the counts, the buffered occurrence, the next
+ * occurrence and the release of the claim, only by the claim's owner (the second
+ * compare-and-set). If a PATCH moved next_fire_ms meanwhile, its value stays; the counts land.
+ * Params: $1 schedule_id, $2 owner, $3 claimed next_fire_ms, $4 next_fire_ms, $5 buffered_ms,
+ * $6 last_fired_ms (NULL keeps the stored one), $7 fired, $8 skipped.
+ */
+export const ADVANCE_SCHEDULE = scheduleWrite(ADVANCE, null);
+/** ADVANCE_SCHEDULE of a clustered leader. Params: those of ADVANCE_SCHEDULE, $9 term. */
+export const ADVANCE_SCHEDULE_FENCED = scheduleWrite(ADVANCE, 9);
+
+const COUNT = `
+UPDATE orbit_schedules SET fired = fired + $2, skipped = skipped + $3,
+  last_fired_ms = coalesce($4::bigint, last_fired_ms)
+WHERE schedule_id = $1`;
+
+/**
+ * Adds to the counts outside a claim (a trigger). Params: $1 schedule_id, $2 fired,
+ * $3 skipped, $4 last_fired_ms (NULL keeps the stored one).
+ */
+export const COUNT_SCHEDULE = scheduleWrite(COUNT, null);
+/** COUNT_SCHEDULE of a clustered leader. Params: those of COUNT_SCHEDULE, $5 term. */
+export const COUNT_SCHEDULE_FENCED = scheduleWrite(COUNT, 5);
+
+/** Drops every claim: a new leader's (or a restarted single server's) first act. */
+export const DROP_SCHEDULE_CLAIMS = `
+UPDATE orbit_schedules SET claimed_by = NULL, claimed_until_ms = NULL
+WHERE claimed_by IS NOT NULL
+RETURNING 1`;
+
+/**
+ * Running executions of one schedule: ids `<schedule_id>@…`, read as the key range
+ * [$1, $2) = [`<id>@`, `<id>A`) of the "C"-collated key ('A' follows '@'; a schedule id holds
+ * no '@').
+ */
+export const RUNNING_SCHEDULE_EXECUTIONS = `
+SELECT execution_id FROM workflow_executions
+WHERE execution_id >= $1 AND execution_id < $2 AND status = 'running'
+ORDER BY execution_id`;

@@ -153,4 +153,14 @@ CREATE TABLE orbit_sessions (
 );
 `,
   },
+  {
+    version: 2,
+    name: "schedule occurrences",
+    sql: `
+-- buffered_ms: the occurrence an overlap policy of buffer_one holds until the running one ends.
+-- last_fired_ms: the occurrence of the schedule's latest start (trigger included).
+ALTER TABLE orbit_schedules ADD COLUMN buffered_ms INTEGER;
+ALTER TABLE orbit_schedules ADD COLUMN last_fired_ms INTEGER;
+`,
+  },
 ];

@@ -155,3 +155,135 @@ ORDER BY created_ms, execution_id`;
 /** Number of running executions (the `--max-active-executions` gate). */
 export const COUNT_RUNNING =
   "SELECT count(*) AS n FROM workflow_executions WHERE status = 'running'";
+
+// ---------------------------------------------------------------------------------------------
+// orbit_schedules (lib/scheduler.ts is the only writer of claims, counts and next_fire_ms
+// advances; lib/schedule_service.ts writes definitions). `paused` is 0 or 1; `spec` is JSON.
+
+const SCHEDULE_COLUMNS = `schedule_id, spec, workflow, next_fire_ms, paused, fired, skipped,
+  claimed_by, claimed_until_ms, created_ms, updated_ms, buffered_ms, last_fired_ms`;
+
+/**
+ * A claim is live while it is unexpired; the owner's own live claim (left by a pass that
+ * failed half-way) does not keep the owner out.
+ */
+const CLAIM_FREE = "(claimed_by IS NULL OR claimed_until_ms < $now OR claimed_by = $owner)";
+
+/**
+ * Appended to a schedule write of a clustered leader: the write happens only while the cluster
+ * is still at the term the caller leads (`$term`). One statement, so no new leader can bump the
+ * term between the check and the write (SQLite has one writer at a time).
+ */
+const TERM_GUARD = "AND (SELECT term FROM orbit_cluster WHERE id = 1) = $term";
+
+/**
+ * Inserts a schedule unless its id exists (`changes` is 0 then: 409 SCHEDULE_EXISTS).
+ * Params: every column.
+ */
+export const INSERT_SCHEDULE = `
+INSERT INTO orbit_schedules (${SCHEDULE_COLUMNS})
+VALUES ($schedule_id, $spec, $workflow, $next_fire_ms, $paused, $fired, $skipped, $claimed_by,
+  $claimed_until_ms, $created_ms, $updated_ms, $buffered_ms, $last_fired_ms)
+ON CONFLICT (schedule_id) DO NOTHING`;
+
+/** One schedule. Params: $schedule_id. */
+export const GET_SCHEDULE = `
+SELECT ${SCHEDULE_COLUMNS} FROM orbit_schedules WHERE schedule_id = $schedule_id`;
+
+/** Every schedule, by id. */
+export const LIST_SCHEDULES = `
+SELECT ${SCHEDULE_COLUMNS} FROM orbit_schedules ORDER BY schedule_id`;
+
+/**
+ * Writes a changed definition (PATCH, pause, resume). next_fire_ms moves only when $reset_next
+ * is 1: otherwise the scheduler's advance, which may be running, keeps its value.
+ * Params: $schedule_id, $spec, $workflow, $paused, $reset_next, $next_fire_ms, $now.
+ */
+export const UPDATE_SCHEDULE = `
+UPDATE orbit_schedules SET spec = $spec, workflow = $workflow, paused = $paused,
+  next_fire_ms = CASE WHEN $reset_next = 1 THEN $next_fire_ms ELSE next_fire_ms END,
+  updated_ms = $now
+WHERE schedule_id = $schedule_id
+RETURNING ${SCHEDULE_COLUMNS}`;
+
+/** Params: $schedule_id. */
+export const DELETE_SCHEDULE = "DELETE FROM orbit_schedules WHERE schedule_id = $schedule_id";
+
+/**
+ * Schedules with work for the scheduler at $now: an occurrence due, or a buffered one waiting
+ * for its predecessor to end; not paused, not claimed by someone else. Earliest first.
+ * Params: $now, $owner, $limit.
+ */
+export const DUE_SCHEDULES = `
+SELECT ${SCHEDULE_COLUMNS} FROM orbit_schedules
+WHERE paused = 0 AND (next_fire_ms <= $now OR buffered_ms IS NOT NULL) AND ${CLAIM_FREE}
+ORDER BY next_fire_ms, schedule_id LIMIT $limit`;
+
+/** The earliest next occurrence of any schedule that is not paused (the scheduler's timer). */
+export const NEXT_SCHEDULE_FIRE =
+  "SELECT min(next_fire_ms) AS next FROM orbit_schedules WHERE paused = 0";
+
+/**
+ * The claim of an occurrence: a compare-and-set on the next_fire_ms the scheduler read, so of
+ * several schedulers that read the same row exactly one takes it (`changes` 1).
+ * Params: $schedule_id, $next_fire_ms, $owner, $until_ms, $now.
+ */
+export const CLAIM_SCHEDULE = `
+UPDATE orbit_schedules SET claimed_by = $owner, claimed_until_ms = $until_ms
+WHERE schedule_id = $schedule_id AND next_fire_ms IS $next_fire_ms AND paused = 0
+  AND ${CLAIM_FREE}`;
+
+/** CLAIM_SCHEDULE of a clustered leader. Params: those of CLAIM_SCHEDULE, $term. */
+export const CLAIM_SCHEDULE_FENCED = `${CLAIM_SCHEDULE} ${TERM_GUARD}`;
+
+/**
+ * The advance after an occurrence was handled: the counts, the buffered occurrence, the next
+ * occurrence and the release of the claim, only by the claim's owner (the second
+ * compare-and-set). If a PATCH moved next_fire_ms meanwhile, its value stays; the counts land.
+ * Params: $schedule_id, $owner, $claimed_next_fire_ms, $next_fire_ms, $buffered_ms,
+ * $last_fired_ms (NULL keeps the stored one), $fired, $skipped.
+ */
+export const ADVANCE_SCHEDULE = `
+UPDATE orbit_schedules SET
+  next_fire_ms = CASE WHEN next_fire_ms IS $claimed_next_fire_ms THEN $next_fire_ms
+    ELSE next_fire_ms END,
+  buffered_ms = $buffered_ms,
+  last_fired_ms = coalesce($last_fired_ms, last_fired_ms),
+  fired = fired + $fired, skipped = skipped + $skipped,
+  claimed_by = NULL, claimed_until_ms = NULL
+WHERE schedule_id = $schedule_id AND claimed_by = $owner`;
+
+/** ADVANCE_SCHEDULE of a clustered leader. Params: those of ADVANCE_SCHEDULE, $term. */
+export const ADVANCE_SCHEDULE_FENCED = `${ADVANCE_SCHEDULE} ${TERM_GUARD}`;
+
+/**
+ * Adds to the counts outside a claim (a trigger). Params: $schedule_id, $fired, $skipped,
+ * $last_fired_ms (NULL keeps the stored one).
+ */
+export const COUNT_SCHEDULE = `
+UPDATE orbit_schedules SET fired = fired + $fired, skipped = skipped + $skipped,
+  last_fired_ms = coalesce($last_fired_ms, last_fired_ms)
+WHERE schedule_id = $schedule_id`;
+
+/** COUNT_SCHEDULE of a clustered leader. Params: those of COUNT_SCHEDULE, $term. */
+export const COUNT_SCHEDULE_FENCED = `${COUNT_SCHEDULE} ${TERM_GUARD}`;
+
+/** Drops every claim: a new leader's (or a restarted single server's) first act. */
+export const DROP_SCHEDULE_CLAIMS = `
+UPDATE orbit_schedules SET claimed_by = NULL, claimed_until_ms = NULL
+WHERE claimed_by IS NOT NULL`;
+
+/**
+ * Running executions of one schedule: ids `<schedule_id>@…`, read as the key range
+ * [$lo, $hi) = [`<id>@`, `<id>A`) ('A' follows '@'; a schedule id holds no '@').
+ */
+export const RUNNING_SCHEDULE_EXECUTIONS = `
+SELECT execution_id FROM workflow_executions
+WHERE execution_id >= $lo AND execution_id < $hi AND status = 'running'
+ORDER BY execution_id`;
+
+// ---------------------------------------------------------------------------------------------
+// orbit_cluster
+
+/** The current leadership term (the fence's error message). */
+export const GET_TERM = "SELECT term FROM orbit_cluster WHERE id = 1";

@@ -28,6 +28,8 @@ export interface ServerOptions {
   addr?: string;
   /** Wait for this log line before returning (default: the listening line). */
   readyLine?: RegExp;
+  /** Working directory of the server (default: this process's). */
+  cwd?: string;
 }
 
 const running = new Set<Deno.ChildProcess>();
@@ -48,6 +50,7 @@ export async function startServer(o: ServerOptions): Promise<ServerProcess> {
   const child = new Deno.Command(Deno.execPath(), {
     args,
     env: { NO_COLOR: "1", ...(o.env ?? {}) },
+    ...(o.cwd ? { cwd: o.cwd } : {}),
     stdin: "null",
     stdout: "piped",
     stderr: "piped",

@@ -1,0 +1,194 @@
+/**
+ * Child workflows of orbit-ir/2 `child` steps: the shell half. The pure core records what to
+ * start (StepStarted kind `child`, with the child's deterministic execution id); once that is
+ * committed this coordinator starts the child (parent_id = the parent, root_id = the parent's
+ * root), reports ChildStarted, and when the child's run ends hands its result to the parent as
+ * a `child_result` command. A child step that closes without the child's result (the parent
+ * was cancelled, failed elsewhere, timed out, or the step's own timeout fired) cancels the
+ * child.
+ *
+ * Trust and failure handling: starting a child is idempotent (the id is deterministic and a
+ * start of an existing id is a no-op), so every step is simply redone after a crash: on
+ * recovery each open child step is checked against the child's row — missing: start it;
+ * finished: deliver its result; running: its own end will deliver. Children whose parent no
+ * longer waits for them are cancelled after recovery. A start refused by the child's
+ * definition (unknown workflow, invalid input or id) fails the step with CHILD_START_FAILED;
+ * storage errors and 429 are retried every second.
+ */
+import type { ErrorInfo } from "./engine/events.ts";
+import { type ExecutionState, isOpenStatus, openSteps, type StepState } from "./engine/state.ts";
+import type { ExecutionObserver, Executions } from "./executions.ts";
+import { OrbitError } from "./errors.ts";
+import type { ExecutionRow } from "./store/store.ts";
+import { log } from "./log.ts";
+
+const RETRY_MS = 1000;
+
+export class Children implements ExecutionObserver {
+  #busy = new Set<string>();
+  #timers = new Set<ReturnType<typeof setTimeout>>();
+  #stopped = false;
+
+  constructor(readonly executions: Executions) {}
+
+  stop(): void {
+    this.#stopped = true;
+    for (const t of this.#timers) clearTimeout(t);
+  }
+
+  installed(prev: ExecutionState | null, next: ExecutionState): void {
+    if (this.#stopped) return;
+    // This run is a child and ended: its parent's step gets the result.
+    if (next.phase === "closed" && next.parent_id !== null && next.status !== "continued") {
+      this.#deliver(next.parent_id, next.execution_id, {
+        run_id: next.run_id,
+        status: next.status,
+        output: next.output,
+        error: next.error,
+      });
+    }
+    if (prev) {
+      for (const before of openSteps(prev, "child")) {
+        const st = next.steps[before.id];
+        const abandoned = !st || st.status === "cancelled" ||
+          (st.status === "failed" && st.error?.code === "CHILD_TIMEOUT");
+        if (abandoned && before.child) this.#cancel(before.child.execution_id, next.execution_id);
+      }
+    }
+    for (const st of openSteps(next, "child")) {
+      if (prev === null || st.child_run_id === undefined) this.#ensure(next, st);
+    }
+  }
+
+  /** After recovery: cancel running children whose parent no longer waits for them. */
+  afterRecovery(): void {
+    for (const [id, a] of this.executions.active) {
+      const parentId = a.state.parent_id;
+      if (parentId === null) continue;
+      const parent = this.executions.active.get(parentId)?.state;
+      const waits = parent &&
+        Object.values(parent.steps).some((st) =>
+          st.kind === "child" && isOpenStatus(st.status) && st.child?.execution_id === id
+        );
+      if (!waits) this.#cancel(id, parentId);
+    }
+  }
+
+  #later(fn: () => void): void {
+    if (this.#stopped) return;
+    const t = setTimeout(() => {
+      this.#timers.delete(t);
+      fn();
+    }, RETRY_MS);
+    this.#timers.add(t);
+  }
+
+  #cancel(childId: string, parentId: string): void {
+    this.executions.cancel(childId, `parent execution ${parentId} no longer waits for it`)
+      .catch(() => {/* finished or never started: nothing to cancel */});
+  }
+
+  #deliver(
+    parentId: string,
+    childId: string,
+    r: { run_id: string; status: ExecutionRow["status"]; output: unknown; error: unknown },
+  ): void {
+    const parent = this.executions.active.get(parentId)?.state;
+    const st = parent &&
+      Object.values(parent.steps).find((x) =>
+        x.kind === "child" && isOpenStatus(x.status) && x.child?.execution_id === childId
+      );
+    if (!st) return;
+    this.executions.command(parentId, {
+      type: "child_result",
+      step: st.id,
+      execution_id: childId,
+      run_id: r.run_id,
+      status: r.status,
+      output: r.output,
+      error: (r.error as ErrorInfo | null) ?? null,
+    }).catch((e) => {
+      log.engine.error("cannot deliver a child's result; retrying", {
+        execution_id: parentId,
+        child: childId,
+        error: (e as Error).message,
+      });
+      this.#later(() => this.#deliver(parentId, childId, r));
+    });
+  }
+
+  #fail(parentId: string, st: StepState, message: string, cause?: string): Promise<unknown> {
+    return this.executions.command(parentId, {
+      type: "child_result",
+      step: st.id,
+      execution_id: st.child!.execution_id,
+      status: "failed",
+      error: { code: "CHILD_START_FAILED", message, ...(cause ? { details: { cause } } : {}) },
+    });
+  }
+
+  /** Makes sure the child of an open step exists, and delivers its result if it ended. */
+  #ensure(parent: ExecutionState, st: StepState): void {
+    const spec = st.child!;
+    const parentId = parent.execution_id;
+    const key = `${parentId}\u0000${st.id}`;
+    if (this.#busy.has(key)) return;
+    this.#busy.add(key);
+    (async () => {
+      let row = await this.executions.store.getExecution(spec.execution_id);
+      if (!row) {
+        try {
+          row = (await this.executions.start({
+            workflow: spec.workflow,
+            ...(spec.version !== null ? { version: spec.version } : {}),
+            input: spec.input,
+            execution_id: spec.execution_id,
+          }, { parent_id: parentId, root_id: parent.root_id })).row;
+        } catch (e) {
+          if (e instanceof OrbitError && e.status < 500 && e.status !== 429) {
+            await this.#fail(
+              parentId,
+              st,
+              `cannot start child ${spec.workflow} as ${spec.execution_id}: ${e.message}`,
+              e.code,
+            );
+            return;
+          }
+          throw e;
+        }
+      }
+      if (row.parent_id !== parentId) {
+        await this.#fail(
+          parentId,
+          st,
+          `execution id ${spec.execution_id} is already used by another execution`,
+          "EXECUTION_ID_TAKEN",
+        );
+        return;
+      }
+      await this.executions.command(parentId, {
+        type: "child_started",
+        step: st.id,
+        execution_id: row.execution_id,
+        run_id: row.run_id,
+      });
+      if (row.status !== "running" && row.status !== "continued") {
+        this.#deliver(parentId, row.execution_id, row);
+      }
+      // The parent may have stopped waiting while the child started.
+      const now = this.executions.active.get(parentId)?.state.steps[st.id];
+      if (!now || !isOpenStatus(now.status)) this.#cancel(row.execution_id, parentId);
+    })().catch((e) => {
+      log.engine.error("cannot start a child execution; retrying", {
+        execution_id: parentId,
+        step: st.id,
+        error: (e as Error).message,
+      });
+      this.#later(() => {
+        const p = this.executions.active.get(parentId)?.state;
+        const again = p?.steps[st.id];
+        if (p && again && isOpenStatus(again.status)) this.#ensure(p, again);
+      });
+    }).finally(() => this.#busy.delete(key));
+  }
+}

@@ -1,0 +1,220 @@
+/**
+ * The built-in HTTP adapter: the server itself runs the `http` steps of orbit-ir/2 (the pure
+ * core schedules them as the built-in task `orbit.http`; this is the I/O half).
+ *
+ * State model: a scheduled http step is dispatched to the adapter (StepDispatched, worker
+ * `orbit-http`) like a task to a worker, then called; the result goes back as a `complete` or
+ * `fail` command with that token, so retries, backoff, deadlines and at-most-once results are
+ * the engine's, exactly as for tasks. Every attempt sends `Idempotency-Key: <the step's key>`,
+ * the same for every attempt of the step.
+ *
+ * Failure handling: a host outside `--http-allow` fails the step for good (HTTP_NOT_ALLOWED);
+ * connection errors, timeouts (HTTP_TIMEOUT), 5xx, 408 and 429 are retryable; other 4xx are
+ * not. Redirects are not followed (a 3xx is the step's output), so a redirect cannot leave the
+ * allow list. A call in flight when the server stopped is redone after recovery
+ * (StepAttemptUncertain, then a new attempt of the same step with the same key).
+ */
+import type { ErrorInfo } from "./engine/events.ts";
+import { httpAllowed, httpRefusal } from "./engine/http_allow.ts";
+import { type ExecutionState, openSteps, type StepState } from "./engine/state.ts";
+import type { ExecutionObserver, Executions } from "./executions.ts";
+import { log } from "./log.ts";
+
+export const HTTP_WORKER = "orbit-http";
+/** Responses larger than this fail the attempt (HTTP_RESPONSE_TOO_LARGE, not retried). */
+export const MAX_RESPONSE_BYTES = 1 << 20;
+
+interface Request {
+  method: string;
+  url: string;
+  headers: Record<string, string>;
+  body?: unknown;
+}
+
+type Outcome = { output: unknown } | { error: ErrorInfo };
+
+export class HttpAdapter implements ExecutionObserver {
+  #inflight = new Map<string, { execution: string; step: string; abort: AbortController }>();
+  #stopped = false;
+
+  constructor(
+    readonly executions: Executions,
+    readonly opts: { allow: readonly string[]; newId: () => string },
+  ) {}
+
+  stop(): void {
+    this.#stopped = true;
+    for (const f of this.#inflight.values()) f.abort.abort();
+  }
+
+  installed(prev: ExecutionState | null, next: ExecutionState): void {
+    if (this.#stopped) return;
+    const id = next.execution_id;
+    // A call whose step closed meanwhile (cancel, failure elsewhere) is abandoned.
+    for (const [key, f] of this.#inflight) {
+      if (f.execution !== id) continue;
+      const st = next.steps[f.step];
+      if (
+        next.phase === "closed" || !st || (st.status !== "dispatched" && st.status !== "scheduled")
+      ) {
+        f.abort.abort();
+        this.#inflight.delete(key);
+      }
+    }
+    for (const st of openSteps(next, "http")) {
+      if (st.status === "scheduled") this.#run(id, st);
+      else if (st.status === "dispatched" && prev === null) {
+        // Recovered from history: the call was in flight when the server stopped.
+        for (const [token, info] of Object.entries(st.tokens)) {
+          if (info.uncertain) continue;
+          this.executions.command(id, {
+            type: "uncertain",
+            token,
+            reason: "the server stopped while the HTTP call was in flight",
+          }).catch((e) => log.engine.error("cannot redo an HTTP call", { error: String(e) }));
+        }
+      }
+    }
+  }
+
+  #run(id: string, st: StepState): void {
+    const key = `${id}\u0000${st.id}\u0000${st.attempt}`;
+    if (this.#inflight.has(key)) return;
+    const abort = new AbortController();
+    this.#inflight.set(key, { execution: id, step: st.id, abort });
+    (async () => {
+      const token = `${id}/${this.opts.newId()}`;
+      const r = await this.executions.command(id, {
+        type: "dispatch",
+        step: st.id,
+        token,
+        worker_id: HTTP_WORKER,
+        worker_session: HTTP_WORKER,
+      });
+      const now = r?.accepted ? r.state.steps[st.id] : undefined;
+      if (!now) return;
+      const outcome = await this.call(
+        now.input as Request,
+        now.idempotency_key,
+        now.timeout_ms,
+        abort.signal,
+      );
+      if (abort.signal.aborted || this.#stopped) return;
+      await this.executions.command(
+        id,
+        "error" in outcome
+          ? { type: "fail", token, error: outcome.error }
+          : { type: "complete", token, output: outcome.output },
+      );
+    })().catch((e) => {
+      // The attempt's deadline fails it if its result could not be recorded.
+      log.engine.error("HTTP step failed in the adapter", {
+        execution_id: id,
+        step: st.id,
+        error: (e as Error).message,
+      });
+    }).finally(() => this.#inflight.delete(key));
+  }
+
+  /** One HTTP call; never throws. */
+  async call(
+    req: Request,
+    idempotencyKey: string,
+    timeoutMs: number | null,
+    signal: AbortSignal,
+  ): Promise<Outcome> {
+    const allowed = httpAllowed(req.url, this.opts.allow);
+    if (!allowed.ok) {
+      return {
+        error: {
+          code: "HTTP_NOT_ALLOWED",
+          message: httpRefusal(allowed, this.opts.allow),
+          retryable: false,
+          details: { url: req.url },
+        },
+      };
+    }
+    const headers = new Headers(req.headers);
+    headers.set("idempotency-key", idempotencyKey);
+    let body: string | undefined;
+    if (req.body !== undefined && req.method !== "GET" && req.method !== "HEAD") {
+      if (typeof req.body === "string") body = req.body;
+      else {
+        body = JSON.stringify(req.body);
+        if (!headers.has("content-type")) headers.set("content-type", "application/json");
+      }
+    }
+    const signals = [signal, ...(timeoutMs ? [AbortSignal.timeout(timeoutMs)] : [])];
+    let res: Response;
+    try {
+      res = await fetch(req.url, {
+        method: req.method,
+        headers,
+        ...(body !== undefined ? { body } : {}),
+        redirect: "manual",
+        signal: AbortSignal.any(signals),
+      });
+    } catch (e) {
+      const timeout = (e as Error).name === "TimeoutError";
+      return {
+        error: {
+          code: timeout ? "HTTP_TIMEOUT" : "HTTP_CONNECTION_ERROR",
+          message: timeout
+            ? `${req.method} ${req.url} did not answer within ${timeoutMs! / 1000} s`
+            : `${req.method} ${req.url} failed: ${(e as Error).message}`,
+          retryable: true,
+        },
+      };
+    }
+    let text: string;
+    try {
+      text = await readLimited(res);
+    } catch (e) {
+      return {
+        error: {
+          code: "HTTP_RESPONSE_TOO_LARGE",
+          message: `${req.method} ${req.url}: ${(e as Error).message}`,
+          retryable: false,
+        },
+      };
+    }
+    let parsed: unknown = text;
+    if (/\bjson\b/i.test(res.headers.get("content-type") ?? "") && text !== "") {
+      try {
+        parsed = JSON.parse(text);
+      } catch { /* not JSON after all: keep the text */ }
+    }
+    const output = { status: res.status, headers: Object.fromEntries(res.headers), body: parsed };
+    if (res.status < 400) return { output };
+    const retryable = res.status >= 500 || res.status === 408 || res.status === 429;
+    return {
+      error: {
+        code: `HTTP_${res.status}`,
+        message: `${req.method} ${req.url} answered ${res.status}`,
+        retryable,
+        details: output,
+      },
+    };
+  }
+}
+
+async function readLimited(res: Response): Promise<string> {
+  if (!res.body) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of res.body) {
+    size += chunk.byteLength;
+    if (size > MAX_RESPONSE_BYTES) {
+      await res.body.cancel().catch(() => {});
+      throw new Error(`the response is larger than ${MAX_RESPONSE_BYTES} bytes`);
+    }
+    chunks.push(chunk);
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
+}

@@ -1,0 +1,36 @@
+/**
+ * Standby mode: the statements of the election session (cluster/standby.ts). The session holds
+ * a session-level advisory lock with a fixed key; the holder is the leader, and each election
+ * increments the term in `orbit_cluster`, which every fenced append checks.
+ */
+
+/** The fixed advisory lock key of the leader election ("ORBIT" in ASCII, as a number). */
+export const ELECTION_LOCK_KEY = 0x4f52424954;
+
+/** Try to become the leader; also returns the backend pid, to notice a reconnect later. */
+export const TRY_LOCK =
+  "SELECT pg_try_advisory_lock($1::bigint) AS locked, pg_backend_pid() AS pid";
+
+/** On election: the new term, with this server as the leader (waits for appends in progress). */
+export const BUMP_TERM = `
+UPDATE orbit_cluster SET term = term + 1, leader_node = $1, leader_addr = $2, since_ms = $3
+WHERE id = 1 RETURNING term`;
+
+/** The leadership check: same backend, lock still held, term unchanged. */
+export const LEADER_CHECK = `
+SELECT pg_backend_pid() AS pid,
+       (SELECT term FROM orbit_cluster WHERE id = 1) AS term,
+       EXISTS (SELECT 1 FROM pg_locks
+               WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+                 AND classid = ($1::bigint >> 32)::int::oid AND objid = ($1::bigint & 4294967295)::oid
+                 AND objsubid = 1) AS locked`;
+
+/** The current term and leader as recorded in `orbit_cluster`. */
+export const READ_CLUSTER =
+  "SELECT term, leader_node, leader_addr, since_ms FROM orbit_cluster WHERE id = 1";
+
+/** PostgreSQL 14+: end a silent election session after 5 s (releasing the lock). */
+export const SET_IDLE_TIMEOUT = "SET idle_session_timeout = '5s'";
+/** During recovery the session may be silent for long: no idle timeout. */
+export const SUSPEND_IDLE_TIMEOUT = "SET idle_session_timeout = 0";
+export const SERVER_VERSION = "SELECT current_setting('server_version_num')::int AS v";

@@ -1,0 +1,168 @@
+/**
+ * `--tls-cert`/`--tls-key` against a real server process, with a self-signed certificate made
+ * here by `openssl` (the tests that need one are skipped where it is not installed), and the
+ * refusals: one of the two options alone, a file that cannot be read, one that is no PEM
+ * certificate or key, a key of another certificate.
+ */
+import assert from "node:assert/strict";
+import { startServer, tempDir } from "./support/server.ts";
+import { serverRefusal } from "./support/refusal.ts";
+
+const HAS_OPENSSL = await new Deno.Command("openssl", {
+  args: ["version"],
+  stdout: "null",
+  stderr: "null",
+}).output().then((o) => o.success, () => false);
+
+interface Pair {
+  cert: string;
+  certPath: string;
+  keyPath: string;
+}
+
+/** A self-signed certificate for 127.0.0.1 and localhost, valid one day. */
+async function selfSigned(dir: string, name = "server"): Promise<Pair> {
+  const certPath = `${dir}/${name}.crt`;
+  const keyPath = `${dir}/${name}.key`;
+  const out = await new Deno.Command("openssl", {
+    args: [
+      "req",
+      "-x509",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-days",
+      "1",
+      "-subj",
+      "/CN=localhost",
+      "-addext",
+      "subjectAltName=IP:127.0.0.1,DNS:localhost",
+      // OpenSSL 3 marks a self-signed certificate as a CA by default, and rustls refuses a CA
+      // certificate as a server's own (CaUsedAsEndEntity).
+      "-addext",
+      "basicConstraints=critical,CA:FALSE",
+      "-keyout",
+      keyPath,
+      "-out",
+      certPath,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.ok(out.success, `openssl failed: ${new TextDecoder().decode(out.stderr)}`);
+  return { cert: await Deno.readTextFile(certPath), certPath, keyPath };
+}
+
+Deno.test({
+  name: "with --tls-cert and --tls-key the server speaks HTTPS and says tls=true",
+  ignore: !HAS_OPENSSL,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const dir = await tempDir();
+    const pair = await selfSigned(dir);
+    const server = await startServer({
+      db: `${dir}/orbit.db`,
+      args: ["--tls-cert", pair.certPath, "--tls-key", pair.keyPath, "--token", "tls-secret"],
+    });
+    const client = Deno.createHttpClient({ caCerts: [pair.cert] });
+    try {
+      assert.ok(
+        server.logs.some((l) =>
+          /INFO .*ORBIT runtime listening addr=127\.0\.0\.1:\d+ tls=true ui=true/.test(l)
+        ),
+      );
+      assert.match(server.url, /^https:\/\/127\.0\.0\.1:\d+$/);
+
+      let r = await fetch(`${server.url}/v1/health`, { client });
+      assert.equal(r.status, 200);
+      assert.equal((await r.json()).status, "ok");
+      r = await fetch(`${server.url}/v1/executions`, {
+        client,
+        headers: { authorization: "Bearer tls-secret" },
+      });
+      assert.equal(r.status, 200, "the API behind TLS, with its token");
+      await r.body?.cancel();
+
+      // Without the certificate as a trust anchor the client refuses it; plain HTTP gets nothing.
+      await assert.rejects(fetch(`${server.url}/v1/health`));
+      await assert.rejects(fetch(`${server.url.replace("https:", "http:")}/v1/health`));
+    } finally {
+      client.close();
+      await server.kill("SIGKILL");
+    }
+  },
+});
+
+Deno.test("--tls-cert without --tls-key, or the reverse, is refused", async () => {
+  const db = `${await tempDir()}/orbit.db`;
+  let r = await serverRefusal(["--db", db, "--tls-cert", "/tmp/server.crt"]);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /^error: --tls-cert and --tls-key must be given together$/m);
+  r = await serverRefusal(["--db", db], { ORBIT_TLS_KEY: "/tmp/server.key" });
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /^error: --tls-cert and --tls-key must be given together$/m);
+});
+
+Deno.test("a certificate file that cannot be read or is no certificate stops the server", async () => {
+  const dir = await tempDir();
+  const db = `${dir}/orbit.db`;
+  const garbage = `${dir}/garbage.pem`;
+  await Deno.writeTextFile(garbage, "this is not a PEM file\n");
+
+  let r = await serverRefusal([
+    "--db",
+    db,
+    "--tls-cert",
+    `${dir}/missing.crt`,
+    "--tls-key",
+    garbage,
+  ]);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, new RegExp(`^error: cannot read --tls-cert ${dir}/missing\\.crt: `, "m"));
+
+  r = await serverRefusal(["--db", db, "--tls-cert", garbage, "--tls-key", garbage]);
+  assert.equal(r.code, 2);
+  assert.match(
+    r.stderr,
+    new RegExp(
+      `^error: cannot use --tls-cert ${garbage} with --tls-key ${garbage}: .*certificate`,
+      "m",
+    ),
+  );
+  assert.ok(!r.stderr.includes("    at "), "one line, no stack trace");
+  await assert.rejects(Deno.stat(db), Deno.errors.NotFound, "refused before the database opens");
+});
+
+Deno.test({
+  name: "a key that is no key, or belongs to another certificate, stops the server",
+  ignore: !HAS_OPENSSL,
+  fn: async () => {
+    const dir = await tempDir();
+    const db = `${dir}/orbit.db`;
+    const one = await selfSigned(dir, "one");
+    const other = await selfSigned(dir, "other");
+
+    let r = await serverRefusal([
+      "--db",
+      db,
+      "--tls-cert",
+      one.certPath,
+      "--tls-key",
+      one.certPath,
+    ]);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /^error: cannot use --tls-cert .* with --tls-key .*: .*key/m);
+
+    r = await serverRefusal(["--db", db, "--tls-cert", one.certPath, "--tls-key", other.keyPath]);
+    assert.equal(r.code, 2);
+    assert.match(
+      r.stderr,
+      new RegExp(
+        `^error: cannot use --tls-cert ${one.certPath} with --tls-key ${other.keyPath}: `,
+        "m",
+      ),
+    );
+    assert.ok(!r.stderr.includes("    at "), "one line, no stack trace");
+  },
+});
