@@ -275,7 +275,11 @@ export class Executions {
 
   /** Waits until the execution is no longer running, at most `ms`; returns its row. */
   /** A standby runs nothing: it re-reads the row every second until it closes or time is up. */
-  async #pollUntilClosed(row: ExecutionRow, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
+  async #pollUntilClosed(
+    row: ExecutionRow,
+    ms: number,
+    signal?: AbortSignal,
+  ): Promise<ExecutionRow> {
     const end = this.clock.now() + ms;
     while ((row.status === "running" || row.status === "continued") && !signal?.aborted) {
       const left = end - this.clock.now();

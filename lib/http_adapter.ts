@@ -11,8 +11,9 @@
  * Failure handling: a host outside `--http-allow` fails the step for good (HTTP_NOT_ALLOWED);
  * connection errors, timeouts (HTTP_TIMEOUT), 5xx, 408 and 429 are retryable; other 4xx are
  * not. Redirects are not followed (a 3xx is the step's output), so a redirect cannot leave the
- * allow list. A call in flight when the server stopped is redone after recovery
- * (StepAttemptUncertain, then a new attempt of the same step with the same key).
+ * allow list. A call in flight when the server stopped is redone one `--session-timeout` after
+ * recovery, as the reference page has it for a new leader (StepAttemptUncertain, then the same
+ * attempt again with the same key): the old server's call may still finish meanwhile.
  */
 import type { ErrorInfo } from "./engine/events.ts";
 import { httpAllowed, httpRefusal } from "./engine/http_allow.ts";
@@ -35,16 +36,18 @@ type Outcome = { output: unknown } | { error: ErrorInfo };
 
 export class HttpAdapter implements ExecutionObserver {
   #inflight = new Map<string, { execution: string; step: string; abort: AbortController }>();
+  #timers = new Set<ReturnType<typeof setTimeout>>();
   #stopped = false;
 
   constructor(
     readonly executions: Executions,
-    readonly opts: { allow: readonly string[]; newId: () => string },
+    readonly opts: { allow: readonly string[]; newId: () => string; sessionTimeoutMs: number },
   ) {}
 
   stop(): void {
     this.#stopped = true;
     for (const f of this.#inflight.values()) f.abort.abort();
+    for (const t of this.#timers) clearTimeout(t);
   }
 
   installed(prev: ExecutionState | null, next: ExecutionState): void {
@@ -66,15 +69,25 @@ export class HttpAdapter implements ExecutionObserver {
       else if (st.status === "dispatched" && prev === null) {
         // Recovered from history: the call was in flight when the server stopped.
         for (const [token, info] of Object.entries(st.tokens)) {
-          if (info.uncertain) continue;
-          this.executions.command(id, {
-            type: "uncertain",
-            token,
-            reason: "the server stopped while the HTTP call was in flight",
-          }).catch((e) => log.engine.error("cannot redo an HTTP call", { error: String(e) }));
+          if (!info.uncertain) this.#redoLater(id, token);
         }
       }
     }
+  }
+
+  #redoLater(id: string, token: string): void {
+    const t = setTimeout(() => {
+      this.#timers.delete(t);
+      this.executions.command(id, {
+        type: "uncertain",
+        token,
+        reason: "the server stopped while the HTTP call was in flight",
+      }).catch((e) => {
+        log.engine.error("cannot redo an HTTP call; retrying", { error: String(e) });
+        if (!this.#stopped) this.#redoLater(id, token);
+      });
+    }, this.opts.sessionTimeoutMs);
+    this.#timers.add(t);
   }
 
   #run(id: string, st: StepState): void {

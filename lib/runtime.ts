@@ -69,6 +69,7 @@ export class Runtime {
     this.http = new HttpAdapter(this.executions, {
       allow: opts.httpAllow ?? [],
       newId: this.clock.newId,
+      sessionTimeoutMs: opts.sessionTimeoutMs,
     });
     this.children = new Children(this.executions);
     this.executions.addObserver(this.http);

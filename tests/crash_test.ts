@@ -25,7 +25,11 @@ testEachStore("orders survive a SIGKILL of the server mid-run", async (store) =>
     let done = 0;
     const run = runOrders(() => server.url, ids, 16, () => done++);
     await waitFor(() => done >= 40, "40 orders to complete before the crash", 60_000).catch((e) => {
-      console.error(`server:\n${server.logs.slice(-40).join("\n")}\nworker:\n${worker.lines.slice(-40).join("\n")}`);
+      console.error(
+        `server:\n${server.logs.slice(-40).join("\n")}\nworker:\n${
+          worker.lines.slice(-40).join("\n")
+        }`,
+      );
       throw e;
     });
     const killed = await server.kill("SIGKILL");

@@ -315,10 +315,24 @@ testEachStore(
           { id: "done", return: { both: "{% $steps.both %}", ok: "{% $vars.ok %}" } },
         ]),
       );
+      await deploy(
+        c,
+        wf("OnSignal", [{ id: "w", wait_signal: "done" }], {
+          signals: { done: {}, order: {} },
+          queries: { reserved: "{% $vars.reserved %}" },
+          handlers: {
+            order: [
+              { id: "reserve", task: "fan.reserve", contract: "1", input: "{% $signal.sku %}" },
+              { id: "keep", assign: { reserved: "{% $append($vars.reserved, $steps.reserve) %}" } },
+            ],
+          },
+        }),
+      );
       const worker = rawWorker(server.url, {
         "fan.left": (input) => `L:${input}`,
         "fan.right": () => "R",
         "fan.after": (input) => `${input}!`,
+        "fan.reserve": (input) => `reserved ${input}`,
       });
       try {
         await start(c, "Fan", "x", "fan-1");
@@ -332,6 +346,28 @@ testEachStore(
           ["right", "both[1]"],
           ["after", "both[1]"],
         ]);
+
+        // A handler runs a worker task for each signal; the run ends after its handler runs.
+        await start(c, "OnSignal", null, "on-1");
+        for (const sku of ["a", "b"]) {
+          const r = await c.post("/v1/executions/on-1/signals/order", { payload: { sku } });
+          assert.equal(r.status, 200, JSON.stringify(r.body));
+        }
+        await waitFor(async () => {
+          const q = await c.get("/v1/executions/on-1/queries/reserved");
+          return q.body.result?.length === 2 ? q.body.result : null;
+        }, "both handler runs to reserve");
+        assert.equal((await c.post("/v1/executions/on-1/signals/done", {})).status, 200);
+        assert.equal((await finish(c, "on-1")).status, "completed");
+        const onEvents = await history(c, "on-1");
+        // Each run's steps are named after the seq of the signal that started it.
+        const signalSeqs = onEvents.filter((e) => e.type === "SignalReceived" && e.handler)
+          .map((e) => e.seq);
+        assert.deepEqual(
+          onEvents.filter((e) => e.type === "StepScheduled").map((e) => e.step),
+          signalSeqs.map((seq) => `reserve@${seq}`),
+        );
+        assert.equal(onEvents.filter((e) => e.type === "HandlerCompleted").length, 2);
       } finally {
         await worker.stop();
       }

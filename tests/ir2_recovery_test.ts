@@ -121,7 +121,7 @@ testEachStore(
 );
 
 testEachStore(
-  "ir/2 a durable sleep and an HTTP call in flight survive a SIGKILL of the server",
+  "ir/2 a durable sleep and an HTTP call in flight survive a SIGKILL of the server (the call is redone after --session-timeout)",
   async (target) => {
     const db = await target.newDb();
     const keys: string[] = [];
@@ -137,7 +137,8 @@ testEachStore(
       }
       return Response.json({ ok: true });
     });
-    const args = ["--http-allow", `127.0.0.1:${http.addr.port}`];
+    // An HTTP call in flight is redone one session timeout after the restart.
+    const args = ["--http-allow", `127.0.0.1:${http.addr.port}`, "--session-timeout", "1"];
     let server = await startServer({ db, args });
     try {
       const c = api(server.url);

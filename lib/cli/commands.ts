@@ -262,7 +262,6 @@ function eventDetail(e: HistoryEvent): string {
       return `${str(e.reason)}: ${Array.isArray(e.steps) ? e.steps.join(", ") : ""}`;
     case "WorkflowFailed":
     case "WorkflowTimedOut":
-    case "HandlerFailed":
       return errorText(e.error) ?? "";
     case "StepStarted": {
       const child = e.child as { workflow?: unknown; execution_id?: unknown } | undefined;
@@ -276,6 +275,8 @@ function eventDetail(e: HistoryEvent): string {
     }
     case "ChildStarted":
       return `child ${str(e.execution_id)}`;
+    case "HandlerCompleted":
+      return `handler of ${str(e.signal)} (signal seq ${str(e.signal_seq)})`;
     case "SignalReceived":
       return `${str(e.signal)} ${shortJson(e.payload, 50)}${
         e.carried_over ? " (carried over)" : ""

@@ -9,7 +9,7 @@
  *
  * Code entrypoints: `handle` below takes the command; `advance.ts` moves the run forward
  * through its step lists; `saga.ts` runs compensations and ends failed, cancelled and timed-out
- * runs; `signals.ts` records signals and runs their handlers.
+ * runs; `signals.ts` records signals and opens their handler runs.
  */
 import type { ErrorInfo, ExecutionStatus, HistoryEvent } from "./events.ts";
 import { backoffMs, retryPolicy, type TaskSpec, type WorkflowDoc } from "./ir.ts";
@@ -71,7 +71,7 @@ export async function decide(
   ctx: Context,
 ): Promise<Decision> {
   const b = new Builder(def, state ? structuredClone(state) : emptyState(), ctx);
-  const accepted = await handle(b, cmd);
+  const accepted = handle(b, cmd);
   if (accepted) await advance(b);
   return { events: b.events, state: b.state, accepted };
 }
@@ -110,7 +110,7 @@ function start(b: Builder, cmd: Extract<Command, { type: "start" }>): void {
   }
 }
 
-async function handle(b: Builder, cmd: Command): Promise<boolean> {
+function handle(b: Builder, cmd: Command): boolean {
   const s = b.state;
   if (cmd.type === "start") {
     if (s.last_seq !== 0) return false;
