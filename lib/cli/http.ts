@@ -7,6 +7,8 @@
  * `x-orbit-leader` header, else the error body's `leader_addr`). Later requests of the same
  * command go to that leader too. The SDK client does not do this by design, hence this module.
  */
+import { formatSeconds, networkReason } from "../../sdk/typescript/http.ts";
+
 
 export const DEFAULT_SERVER = "http://127.0.0.1:7233";
 
@@ -220,30 +222,11 @@ function queryString(q: RequestOptions["query"]): string {
   return s ? `?${s}` : "";
 }
 
-/** The most telling part of a failed `fetch`'s message. */
-export function networkReason(err: unknown): string {
-  let message = "";
-  let cur: unknown = err;
-  for (let depth = 0; cur && depth < 8; depth++) {
-    if (cur instanceof Error) {
-      if (cur.message) message = cur.message;
-      cur = cur.cause;
-    } else {
-      if (typeof cur === "string") message = cur;
-      break;
-    }
-  }
-  // Deno: "error sending request for url (http://…): client error (Connect): tcp connect error: …"
-  const m = /^error sending request\b.*?\): (?:client error \([^)]*\): )?(.+)$/s.exec(message);
-  if (m?.[1]) message = m[1];
-  return message || "unknown network error";
-}
-
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-export function formatSeconds(ms: number): string {
-  const s = ms / 1000;
-  return `${Number(s.toFixed(s < 10 ? 1 : 0))}s`;
+s`;
 }
+
+export { formatSeconds, networkReason };

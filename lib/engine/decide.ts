@@ -11,6 +11,7 @@
  * through its step lists; `saga.ts` runs compensations and ends failed, cancelled and timed-out
  * runs; `signals.ts` records signals and opens their handler runs.
  */
+import { cloneJson } from "./clone.ts";
 import type { ErrorInfo, ExecutionStatus, HistoryEvent } from "./events.ts";
 import { backoffMs, retryPolicy, type TaskSpec, type WorkflowDoc } from "./ir.ts";
 import { emptyState, type ExecutionState, stepOfToken, type StepState } from "./state.ts";
@@ -70,7 +71,7 @@ export async function decide(
   cmd: Command,
   ctx: Context,
 ): Promise<Decision> {
-  const b = new Builder(def, state ? structuredClone(state) : emptyState(), ctx);
+  const b = new Builder(def, state ? cloneJson(state) : emptyState(), ctx);
   const accepted = handle(b, cmd);
   if (accepted) await advance(b);
   return { events: b.events, state: b.state, accepted };
