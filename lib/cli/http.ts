@@ -9,7 +9,6 @@
  */
 import { formatSeconds, networkReason } from "../../sdk/typescript/http.ts";
 
-
 export const DEFAULT_SERVER = "http://127.0.0.1:7233";
 
 /** The server answered with a non-2xx status (or a body that is not JSON). */
@@ -224,9 +223,6 @@ function queryString(q: RequestOptions["query"]): string {
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-s`;
 }
 
 export { formatSeconds, networkReason };
