@@ -79,7 +79,8 @@ export function executionOfToken(token: string): string | null {
 export class Executions {
   readonly active = new Map<string, Active>();
   #chains = new Map<string, Promise<unknown>>();
-  #waiters = new Map<string, Set<() => void>>();
+  /** Waits on running executions; called with the closing row, or with nothing on release. */
+  #waiters = new Map<string, Set<(row?: ExecutionRow | null) => void>>();
   #stopped = false;
   /** Starts past the limit check whose first append has not committed yet. */
   #starting = 0;
@@ -291,28 +292,32 @@ export class Executions {
   }
 
   async wait(id: string, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
+    // A running execution is in memory here: no read before or after (its row when it closes
+    // is the one just committed), which saves two queries per wait on the hot path.
+    if (!this.opts.readOnly && this.active.has(id)) {
+      const closed = await new Promise<ExecutionRow | null>((resolve) => {
+        const set = this.#waiters.get(id) ?? new Set();
+        this.#waiters.set(id, set);
+        const done = (row: ExecutionRow | null = null) => {
+          clearTimeout(timer);
+          set.delete(done);
+          if (set.size === 0) this.#waiters.delete(id);
+          signal?.removeEventListener("abort", onAbort);
+          resolve(row);
+        };
+        const onAbort = () => done();
+        const timer = setTimeout(done, ms);
+        set.add(done);
+        signal?.addEventListener("abort", onAbort);
+      });
+      if (closed) return closed;
+      const a = this.active.get(id);
+      if (a) return rowOf(a.state, this.clock.now());
+    }
     const row = await this.store.getExecution(id);
     if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
     if (this.opts.readOnly) return await this.#pollUntilClosed(row, ms, signal);
-    // A continued run is followed by the next one: it is not the end.
-    if ((row.status !== "running" && row.status !== "continued") || !this.active.has(id)) {
-      return row;
-    }
-    await new Promise<void>((resolve) => {
-      const set = this.#waiters.get(id) ?? new Set();
-      this.#waiters.set(id, set);
-      const done = () => {
-        clearTimeout(timer);
-        set.delete(done);
-        if (set.size === 0) this.#waiters.delete(id);
-        signal?.removeEventListener("abort", done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      set.add(done);
-      signal?.addEventListener("abort", done);
-    });
-    return (await this.store.getExecution(id))!;
+    return row;
   }
 
   /** Loads every running execution from history (start-up). */
@@ -409,7 +414,9 @@ export class Executions {
       this.metrics.executionsClosed.inc({ status: next.status });
       log.engine.info(`execution ${next.status}`, { execution_id: id });
       const set = next.status === "continued" ? undefined : this.#waiters.get(id);
-      if (set) { for (const w of [...set]) w(); }
+      // The row committed with the closing event: its updated_ms is the closing time.
+      const row = set ? rowOf(next, next.closed_ms ?? this.clock.now()) : null;
+      if (set) { for (const w of [...set]) w(row); }
     } else {
       const entry: Active = { state: next, def, timers: [] };
       this.active.set(id, entry);
