@@ -13,7 +13,7 @@ import type { WorkflowDoc } from "./engine/ir.ts";
 import { type ExecutionState, inFlightCount, replay } from "./engine/state.ts";
 import type { GroupCommitter } from "./committer.ts";
 import type { Definitions } from "./definitions.ts";
-import type { ExecutionRow, Store } from "./store/store.ts";
+import { DuplicateExecutionError, type ExecutionRow, type Store } from "./store/store.ts";
 import { conflict, invalid, notFound, OrbitError, storageError } from "./errors.ts";
 import type { Metrics } from "./metrics.ts";
 import { validateAgainst } from "./jsonschema.ts";
@@ -136,11 +136,16 @@ export class Executions {
       }
     }
     return await this.serial(id, async () => {
-      const existing = await this.store.getExecution(id);
-      if (existing) return { created: false, row: existing };
+      // Starting an existing id is a no-op that returns it. A running one is in memory; a
+      // finished one is found by the insert itself (DuplicateExecutionError below), so a new
+      // start costs no read — except at the limit, where an existing id still answers 200.
+      const a = this.active.get(id);
+      if (a) return { created: false, row: rowOf(a.state, this.clock.now()) };
       // Starts of other ids run at the same time: those still committing hold a slot too.
       const running = this.active.size + this.#starting;
       if (this.opts.maxActive !== null && running >= this.opts.maxActive) {
+        const existing = await this.store.getExecution(id);
+        if (existing) return { created: false, row: existing };
         throw new OrbitError(
           429,
           "TOO_MANY_ACTIVE_EXECUTIONS",
@@ -163,6 +168,10 @@ export class Executions {
         try {
           await this.committer.append({ row, events: d.events, create: true });
         } catch (e) {
+          if (e instanceof DuplicateExecutionError) {
+            const existing = await this.store.getExecution(id);
+            if (existing) return { created: false, row: existing };
+          }
           throw storageError(e);
         }
         this.metrics.executionsStarted.inc();

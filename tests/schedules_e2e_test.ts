@@ -261,14 +261,16 @@ testEachStore("overlap skip: occurrences are skipped while one still runs", asyn
 });
 
 /**
- * For each policy: a 3-second schedule fires K; the server is killed at once (K + 3 s never
- * fires) and stays down until E + 0.2 s, E = K + 6 s. It comes back before E + 3 s (checked),
- * so K + 3 s and E were missed and E + 3 s is on time. Catch-up window 60 s.
+ * For each policy: a P-second schedule fires K; the server is killed at once (K + P never
+ * fires) and stays down until E + 0.2 s, E = K + 2P. It comes back before E + P (checked), so
+ * K + P and E were missed and E + P is on time. Catch-up window 60 s. P is 5 s so that a
+ * restart on a loaded machine (CI runs test files in parallel) still fits in it.
  */
+const P = 5;
 const CATCH_UP: Array<["skip" | "one" | "all", number[]]> = [
-  ["skip", [0, 9]],
-  ["one", [0, 6, 9]],
-  ["all", [0, 3, 6, 9]],
+  ["skip", [0, 3 * P]],
+  ["one", [0, 2 * P, 3 * P]],
+  ["all", [0, P, 2 * P, 3 * P]],
 ];
 
 for (const [catchUp, expected] of CATCH_UP) {
@@ -281,7 +283,7 @@ for (const [catchUp, expected] of CATCH_UP) {
       const body = {
         schedule_id: "cu",
         workflow: QUICK.name,
-        every_s: 3,
+        every_s: P,
         overlap: "allow_all",
         catch_up: catchUp,
         catch_up_window_s: 60,
@@ -298,18 +300,20 @@ for (const [catchUp, expected] of CATCH_UP) {
       );
       await server.kill("SIGKILL");
       const k = first!.at;
-      assert.ok(Date.now() < k + 3_000, "the server was killed before the next occurrence");
-      const e = k + 6_000;
-      await waitFor(() => Date.now() > e + 200, "two occurrences to pass while down", 15_000);
+      assert.ok(Date.now() < k + P * 1000, "the server was killed before the next occurrence");
+      const e = k + 2 * P * 1000;
+      await waitFor(() => Date.now() > e + 200, "two occurrences to pass while down", 30_000);
 
       server = await startServer({ db });
       assert.ok(
-        Date.now() < e + 3_000,
-        `the server took until ${Date.now() - e} ms after E to start; this test needs < 3000`,
+        Date.now() < e + P * 1000,
+        `the server took until ${Date.now() - e} ms after E to start; this test needs < ${
+          P * 1000
+        }`,
       );
       c = api(server.url);
       await waitFor(
-        async () => (await occurrences(c, "cu")).some((x) => x.at === e + 3_000),
+        async () => (await occurrences(c, "cu")).some((x) => x.at === e + P * 1000),
         "the first occurrence on time after the restart",
         10_000,
       );
@@ -319,11 +323,11 @@ for (const [catchUp, expected] of CATCH_UP) {
         return v.fired === (await occurrences(c, "cu")).length ? v : null;
       }, "the counts to settle");
       const xs = await occurrences(c, "cu");
-      const seen = xs.map((x) => (x.at - k) / 1000).filter((t) => t <= 9);
+      const seen = xs.map((x) => (x.at - k) / 1000).filter((t) => t <= 3 * P);
       assert.deepEqual(seen, expected, `occurrences (seconds after K) with catch_up ${catchUp}`);
       // Every occurrence from the first to the last started or was counted skipped.
       const last = xs.at(-1)!.at;
-      assert.equal(s.fired + s.skipped, (last - k) / 3000 + 1);
+      assert.equal(s.fired + s.skipped, (last - k) / (P * 1000) + 1);
     } finally {
       await server.kill("SIGKILL");
     }
