@@ -146,7 +146,7 @@ export class Elector {
         this.#busy = false;
         this.#tick();
       }
-    }, this.#role === "leader" ? CHECK_INTERVAL_MS : CHECK_INTERVAL_MS);
+    }, CHECK_INTERVAL_MS);
   }
 
   async #tryElect(): Promise<void> {
