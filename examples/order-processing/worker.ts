@@ -139,7 +139,15 @@ const worker = new Worker({
   concurrency,
 });
 
-const stop = () => worker.stop();
+// SIGTERM/Ctrl+C: finish running tasks and deliver their results, for at most 30 s (a result
+// that cannot be delivered by then is redelivered by the server after its session timeout);
+// a second signal exits at once.
+let stopping = false;
+const stop = () => {
+  if (stopping) Deno.exit(130);
+  stopping = true;
+  worker.stop({ timeoutMs: 30_000 }).finally(() => Deno.exit(0));
+};
 Deno.addSignalListener("SIGTERM", stop);
 Deno.addSignalListener("SIGINT", stop);
 await worker.start();
