@@ -18,6 +18,22 @@ async function node(db: string, id: string, extra: string[] = []): Promise<Serve
   });
 }
 
+/** `a` elected with term 1 and `b` following it; `a` is stopped if `b` cannot start. */
+async function leaderAndStandby(db: string): Promise<[ServerProcess, ServerProcess]> {
+  const a = await node(db, "a");
+  try {
+    await a.waitForLog(
+      /cluster: leader is serving node_id=a term=1 active_executions=0 recovery_ms=\d+/,
+    );
+    const b = await node(db, "b");
+    await b.waitForLog(/cluster: standby; following the leader term=1 leader="a"/);
+    return [a, b];
+  } catch (e) {
+    await a.kill("SIGKILL");
+    throw e;
+  }
+}
+
 async function ready(s: ServerProcess): Promise<boolean> {
   try {
     return (await api(s.url).get("/v1/ready")).status === 200;
@@ -57,20 +73,14 @@ Deno.test({
     "cluster: one leader serves, the standby answers reads and NOT_LEADER, failover after SIGKILL",
   fn: async () => {
     const db = await (await sharedPostgres()).createDatabase();
-    const a = await node(db, "a");
-    let b: ServerProcess | null = null;
+    const [a, b] = await leaderAndStandby(db);
     try {
-      await a.waitForLog(
-        /cluster: leader is serving node_id=a term=1 active_executions=0 recovery_ms=\d+/,
-      );
       assert.ok(
         a.logs.some((l) =>
           /INFO orbit_runtime::cluster: cluster mode: standby until elected node_id=a advertise_addr="http:\/\/127\.0\.0\.1:\d+"/
             .test(l)
         ),
       );
-      b = await node(db, "b");
-      await b.waitForLog(/cluster: standby; following the leader term=1 leader="a"/);
 
       // The leader serves writes; the standby refuses them before authentication.
       const ca = api(a.url);
@@ -136,7 +146,7 @@ Deno.test({
       // Failover: SIGKILL the leader, the standby serves within about a second plus recovery.
       const killedAt = Date.now();
       await a.kill("SIGKILL");
-      await waitFor(() => ready(b!), "b to serve", 15_000, 20);
+      await waitFor(() => ready(b), "b to serve", 15_000, 20);
       const failoverMs = Date.now() - killedAt;
       console.log(`failover: SIGKILL to the new leader serving in ${failoverMs} ms`);
       assert.ok(failoverMs < 5000, `failover took ${failoverMs} ms`);
@@ -152,7 +162,7 @@ Deno.test({
       assert.equal((await cb.get("/v1/executions/c-1/wait?timeout_s=10")).body.status, "cancelled");
     } finally {
       await a.kill("SIGKILL");
-      await b?.kill("SIGKILL");
+      await b.kill("SIGKILL");
     }
   },
 });
@@ -162,18 +172,14 @@ Deno.test({
   name: "cluster: a paused leader is fenced, steps down in process and follows the new leader",
   fn: async () => {
     const db = await (await sharedPostgres()).createDatabase();
-    const a = await node(db, "a");
-    let b: ServerProcess | null = null;
+    const [a, b] = await leaderAndStandby(db);
     const sql = postgres(db, { max: 1, onnotice: () => {} });
     try {
-      await a.waitForLog(/leader is serving node_id=a term=1/);
-      b = await node(db, "b");
-      await b.waitForLog(/following the leader term=1 leader="a"/);
       assert.equal((await api(a.url).post("/v1/workflows", ORDER_WORKFLOW)).status, 201);
 
       Deno.kill(a.pid, "SIGSTOP");
       // PostgreSQL ends the silent election session after 5 s; b is elected.
-      await waitFor(() => ready(b!), "b to be elected while a is paused", 20_000);
+      await waitFor(() => ready(b), "b to be elected while a is paused", 20_000);
       const before = (await sql`SELECT count(*)::int AS count FROM execution_events`)[0]!.count;
       // A request sent to the paused leader waits in its socket until it resumes.
       const late = api(a.url).post("/v1/executions", {
@@ -209,7 +215,7 @@ Deno.test({
         Deno.kill(a.pid, "SIGCONT");
       } catch { /* gone */ }
       await a.kill("SIGKILL");
-      await b?.kill("SIGKILL");
+      await b.kill("SIGKILL");
       await sql.end();
     }
   },
@@ -221,24 +227,20 @@ Deno.test({
     "cluster: terminating the election session makes the leader step down; a new leader is elected",
   fn: async () => {
     const db = await (await sharedPostgres()).createDatabase();
-    const a = await node(db, "a");
-    let b: ServerProcess | null = null;
+    const [a, b] = await leaderAndStandby(db);
     const sql = postgres(db, { max: 1, onnotice: () => {} });
     try {
-      await a.waitForLog(/leader is serving node_id=a term=1/);
-      b = await node(db, "b");
-      await b.waitForLog(/following the leader term=1 leader="a"/);
       const rows =
         await sql`SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'orbit-cluster:%' ORDER BY 1`;
       assert.deepEqual(rows.map((r) => r.application_name), ["orbit-cluster:a", "orbit-cluster:b"]);
       await sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'orbit-cluster:a'`;
       await a.waitForLog(/lost leadership; stepped down to standby node_id=a reason=/);
-      await waitFor(async () => (await ready(a)) || (await ready(b!)), "a new leader", 15_000);
+      await waitFor(async () => (await ready(a)) || (await ready(b)), "a new leader", 15_000);
       const term = (await api(b.url).get("/v1/health")).body.term;
       assert.equal(term, 2);
     } finally {
       await a.kill("SIGKILL");
-      await b?.kill("SIGKILL");
+      await b.kill("SIGKILL");
       await sql.end();
     }
   },
@@ -251,15 +253,11 @@ Deno.test({
     const { startPostgres } = await import("./support/pg.ts");
     const pg = await startPostgres();
     const db = await pg.createDatabase();
-    const a = await node(db, "a");
-    let b: ServerProcess | null = null;
+    const [a, b] = await leaderAndStandby(db);
     try {
-      await a.waitForLog(/leader is serving node_id=a term=1/);
-      b = await node(db, "b");
-      await b.waitForLog(/following the leader term=1/);
       await pg.restart();
       await waitFor(
-        async () => (await ready(a)) || (await ready(b!)),
+        async () => (await ready(a)) || (await ready(b)),
         "a leader after the restart",
         30_000,
       );
@@ -268,7 +266,7 @@ Deno.test({
       assert.ok((await api(leader.url).get("/v1/health")).body.term >= 1);
     } finally {
       await a.kill("SIGKILL");
-      await b?.kill("SIGKILL");
+      await b.kill("SIGKILL");
       await pg.stop();
     }
   },
