@@ -7,7 +7,7 @@
  * `x-orbit-leader` header, else the error body's `leader_addr`). Later requests of the same
  * command go to that leader too. The SDK client does not do this by design, hence this module.
  */
-import { formatSeconds, networkReason } from "../../sdk/typescript/http.ts";
+import { formatSeconds, networkReason, parseBody, queryString } from "../../sdk/typescript/http.ts";
 
 export const DEFAULT_SERVER = "http://127.0.0.1:7233";
 
@@ -151,16 +151,7 @@ export class OrbitHttp {
       }
       throw new UnreachableError(base, networkReason(e));
     }
-    let data: unknown = null;
-    let parsed = true;
-    if (text.length > 0) {
-      try {
-        data = JSON.parse(text);
-      } catch {
-        parsed = false;
-        data = text;
-      }
-    }
+    const { data, parsed } = parseBody(text);
     if (!res.ok) return apiError(res, data, parsed);
     if (!parsed) {
       return new ApiError(
@@ -211,14 +202,6 @@ function apiError(res: Response, data: unknown, parsed: boolean): ApiError {
     {},
     res.headers,
   );
-}
-
-function queryString(q: RequestOptions["query"]): string {
-  if (!q) return "";
-  const p = new URLSearchParams();
-  for (const [k, v] of Object.entries(q)) if (v !== undefined && v !== null) p.set(k, String(v));
-  const s = p.toString();
-  return s ? `?${s}` : "";
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

@@ -93,16 +93,7 @@ export class Transport {
       } catch (err) {
         return fail(err);
       }
-      let data: unknown = null;
-      let parsed = true;
-      if (text.length > 0) {
-        try {
-          data = JSON.parse(text);
-        } catch {
-          parsed = false;
-          data = text;
-        }
-      }
+      const { data, parsed } = parseBody(text);
       if (!res.ok) throw apiError(res, data, parsed, method, path);
       if (!parsed) {
         throw new OrbitApiError({
@@ -161,7 +152,8 @@ function apiError(
   });
 }
 
-function queryString(query: RequestOptions["query"]): string {
+/** `?a=1&b=x` from the defined members of `query` ("" for none). */
+export function queryString(query: RequestOptions["query"]): string {
   if (!query) return "";
   const params = new URLSearchParams();
   for (const [key, value] of Object.entries(query)) {
@@ -169,6 +161,16 @@ function queryString(query: RequestOptions["query"]): string {
   }
   const s = params.toString();
   return s ? `?${s}` : "";
+}
+
+/** A response body as JSON (`parsed`), or as the text it is when it is not JSON; "" is null. */
+export function parseBody(text: string): { data: unknown; parsed: boolean } {
+  if (text.length === 0) return { data: null, parsed: true };
+  try {
+    return { data: JSON.parse(text), parsed: true };
+  } catch {
+    return { data: text, parsed: false };
+  }
 }
 
 /** The innermost, most telling message of a failed `fetch`. */
