@@ -5,19 +5,21 @@
 import { canonicalJson, SEMVER_RE, validateWorkflow, type WorkflowDoc } from "./engine/ir.ts";
 import type { DefinitionRow, Store } from "./store/store.ts";
 import { conflict, invalid, notFound } from "./errors.ts";
+import semver from "semver";
 
 async function sha256(text: string): Promise<string> {
   const d = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
   return Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-function compareSemver(a: string, b: string): number {
-  const pa = a.split(/[.+-]/).slice(0, 3).map(Number);
-  const pb = b.split(/[.+-]/).slice(0, 3).map(Number);
-  for (let i = 0; i < 3; i++) if (pa[i] !== pb[i]) return (pa[i] ?? 0) - (pb[i] ?? 0);
-  // A pre-release sorts before its release.
-  const ra = a.includes("-") ? 0 : 1, rb = b.includes("-") ? 0 : 1;
-  return ra - rb || a.localeCompare(b);
+/**
+ * Semantic-version precedence (semver.org §11, via npm `semver`): numeric pre-release
+ * identifiers compare as numbers (`alpha.2` < `alpha.10`), a pre-release sorts before its
+ * release, and build metadata (`+build`) does not count. Versions equal in precedence but
+ * different as text (`1.0.0+a`, `1.0.0+b`) are ordered by text, so the order is total.
+ */
+export function compareSemver(a: string, b: string): number {
+  return semver.compare(a, b) || (a < b ? -1 : a > b ? 1 : 0);
 }
 
 export class Definitions {
