@@ -49,7 +49,10 @@ Deno.test("a start without a version runs the highest deployed version by semver
       steps: [{ id: "done", return: version }],
     });
     for (const v of ["1.0.0-alpha.2", "1.0.0-alpha.10", "1.0.0-alpha.9"]) await defs.deploy(doc(v));
-    assert.equal((await new Definitions(store, Date.now).resolve("Versions")).version, "1.0.0-alpha.10");
+    assert.equal(
+      (await new Definitions(store, Date.now).resolve("Versions")).version,
+      "1.0.0-alpha.10",
+    );
     await defs.deploy(doc("1.0.0+build.1"));
     assert.equal((await defs.resolve("Versions")).version, "1.0.0+build.1");
     await defs.deploy(doc("1.0.1-rc.1"));

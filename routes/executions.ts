@@ -2,12 +2,13 @@
 import { type Context, Hono } from "hono";
 import { z } from "zod";
 import type { Runtime } from "../lib/runtime.ts";
-import { notFound, OrbitError } from "../lib/errors.ts";
+import { notFound, OrbitError, storageError } from "../lib/errors.ts";
 import { EXECUTION_STATUSES } from "../lib/engine/events.ts";
 import { NAME_RE } from "../lib/engine/ir.ts";
 import { EXECUTION_ID_RE } from "../lib/executions.ts";
-import type { ExecutionRow } from "../lib/store/store.ts";
+import { type ExecutionRow, InvalidCursorError } from "../lib/store/store.ts";
 import { runQuery, sendSignal } from "../lib/signals.ts";
+import { pendingOf } from "../lib/pending.ts";
 import { body, intParam, query } from "./util.ts";
 
 const startSchema = z.object({
@@ -37,6 +38,8 @@ const signalSchema = z.object({ payload: z.unknown().optional() });
 
 export function executionRoutes(rt: Runtime): Hono {
   const app = new Hono();
+  // Created now, so it watches dispatches (the last worker of a task) from the first request.
+  const pending = pendingOf(rt);
 
   /**
    * The `:id` of the path. No execution has an id that start would refuse, and some of those
@@ -72,10 +75,11 @@ export function executionRoutes(rt: Runtime): Hono {
       });
       return c.json(page);
     } catch (e) {
-      if (q.cursor) {
+      // Only a cursor the store cannot read is the client's fault; anything else is storage.
+      if (e instanceof InvalidCursorError) {
         throw new OrbitError(400, "INVALID_CURSOR", "cursor is not one this server handed out");
       }
-      throw e;
+      throw e instanceof OrbitError ? e : storageError(e);
     }
   });
   app.get("/:id", async (c) => c.json(await load(executionId(c))));
@@ -116,6 +120,7 @@ export function executionRoutes(rt: Runtime): Hono {
     const r = await body(c, signalSchema);
     return c.json(await sendSignal(rt.executions, executionId(c), c.req.param("name"), r.payload));
   });
+  app.get("/:id/pending", async (c) => c.json(await pending.of(executionId(c))));
   app.get("/:id/queries/:name", async (c) => {
     return c.json(await runQuery(rt.executions, executionId(c), c.req.param("name")));
   });
