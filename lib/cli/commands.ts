@@ -17,6 +17,7 @@ import {
   formatDuration,
   formatTime,
   keyValues,
+  pendingTable,
   shortJson,
   str,
   table,
@@ -463,8 +464,24 @@ async function list(ctx: Ctx, o: ListOptions): Promise<void> {
 
 async function show(ctx: Ctx, id: string): Promise<void> {
   const r = await ctx.http.get<Execution>(`/v1/executions/${enc(id)}`);
-  if (ctx.json) printJson(r.data);
-  else out(executionBlock(r.data));
+  if (ctx.json) return printJson(r.data);
+  out(executionBlock(r.data));
+  if (r.data.status !== "running") return;
+  // "Why is it waiting?": best effort, an older server has no such route.
+  const p = await ctx.http.get<{ pending?: Json[] }>(`/v1/executions/${enc(id)}/pending`)
+    .catch(() => null);
+  if (p && Array.isArray(p.data.pending)) out(`\npending\n${pendingTable(p.data.pending)}`);
+}
+
+async function pending(ctx: Ctx, id: string): Promise<void> {
+  const r = await ctx.http.get<{ pending?: Json[]; status?: string }>(
+    `/v1/executions/${enc(id)}/pending`,
+  );
+  if (ctx.json) return printJson(r.data);
+  const items = Array.isArray(r.data.pending) ? r.data.pending : [];
+  if (items.length === 0 && r.data.status !== "running") {
+    out(`execution ${id} is ${str(r.data.status)}: nothing pending`);
+  } else out(pendingTable(items));
 }
 
 interface HistoryOptions extends ClientOptions {
@@ -625,6 +642,10 @@ export function registerClientCommands(program: Command): void {
   clientCommand(executions, "show", "Show an execution")
     .argument("<id>", "execution id")
     .action(act((ctx, [id]) => show(ctx, id as string)));
+
+  clientCommand(executions, "pending", "Show what a running execution waits for, and why")
+    .argument("<id>", "execution id")
+    .action(act((ctx, [id]) => pending(ctx, id as string)));
 
   clientCommand(executions, "history", "Show an execution's history")
     .argument("<id>", "execution id")

@@ -92,3 +92,17 @@ export function str(v: unknown): string {
   if (v === undefined || v === null || v === "") return "-";
   return typeof v === "string" ? v : String(v);
 }
+
+/** The items of `GET /v1/executions/{id}/pending` as a table: step, reason, since, message. */
+export function pendingTable(items: Array<Record<string, unknown>>): string {
+  if (items.length === 0) return "nothing pending";
+  return table(
+    ["STEP", "REASON", "SINCE", "DETAIL"],
+    items.map((p) => [
+      `${str(p.step)}${typeof p.attempt === "number" && p.attempt > 1 ? ` #${p.attempt}` : ""}`,
+      str(p.reason),
+      formatTime(p.since_ms),
+      str(p.message),
+    ]),
+  );
+}
