@@ -6,12 +6,17 @@
  *
  *   deno task bench [--orders 600] [--clients 64] [--workers 1] [--store sqlite|postgres|both]
  *
- * Prints orders per second, p50/p99 latency (start request to observed completion) and the
- * server's peak resident memory (VmHWM).
+ * Prints orders per second, p50/p99 latency (start request to observed completion), the
+ * server's peak resident memory (VmHWM), and what an order costs: CPU milliseconds per order
+ * of the server and of the workers (from /proc), commits per order (`orbit_commits_total`),
+ * the share of the run the server's main thread was busy (running or blocked in a commit's
+ * fsync: its state in /proc sampled every 2 ms) and the worker cycle p50/p99 — the time from a
+ * worker's result to its next task (measured inside the worker by `bench/worker_probe.ts`,
+ * which runs the example worker unchanged).
  */
 import { parseArgs } from "node:util";
-import { api, startServer, tempDir } from "../tests/support/server.ts";
-import { ORDER_WORKFLOW, orderInput, startOrderWorker } from "../tests/support/orders.ts";
+import { api, killOnExit, startServer, tempDir } from "../tests/support/server.ts";
+import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
 import { sharedPostgres, stopSharedPostgres } from "../tests/support/pg.ts";
 
 const { values } = parseArgs({
@@ -38,14 +43,113 @@ function peakRssMb(pid: number): number {
   }
 }
 
-/** CPU seconds (user + system) a process has used, from /proc. */
-function cpuSeconds(pid: number): number {
+/** The fields of /proc/<path>/stat after the command name (state is [0], utime [11], stime [12]). */
+function statFields(path: string): string[] | null {
   try {
-    const f = Deno.readTextFileSync(`/proc/${pid}/stat`).split(") ")[1]!.split(" ");
-    return (Number(f[11]) + Number(f[12])) / 100;
+    return Deno.readTextFileSync(`/proc/${path}/stat`).split(") ")[1]!.split(" ");
   } catch {
-    return NaN;
+    return null;
   }
+}
+
+/** CPU seconds (user + system) a process (or, with `tid`, one of its threads) has used. */
+function cpuSeconds(pid: number, tid?: number): number {
+  const f = statFields(tid === undefined ? `${pid}` : `${pid}/task/${tid}`);
+  return f ? (Number(f[11]) + Number(f[12])) / 100 : NaN;
+}
+
+/**
+ * Samples the state of a process's main thread every 2 ms: R (running or runnable) and D (in
+ * an uninterruptible wait, a commit's fsync) count as busy, S (waiting for I/O events) as idle.
+ */
+function busySampler(pid: number) {
+  let busy = 0;
+  let total = 0;
+  const timer = setInterval(() => {
+    const state = statFields(`${pid}/task/${pid}`)?.[0];
+    if (state === undefined) return;
+    total++;
+    if (state === "R" || state === "D") busy++;
+  }, 2);
+  return {
+    stop: () => {
+      clearInterval(timer);
+      return total === 0 ? NaN : busy / total;
+    },
+  };
+}
+
+/** Counters of the server's /v1/metrics this benchmark reads. */
+async function serverCounters(c: ReturnType<typeof api>) {
+  const r = await c.call("GET", "/v1/metrics");
+  const text = String(r.body);
+  const read = (name: string) =>
+    Number(text.match(new RegExp(`^${name} (\\S+)$`, "m"))?.[1] ?? NaN);
+  return {
+    commits: read("orbit_commits_total"),
+    events: read("orbit_events_appended_total"),
+    commitSeconds: read("orbit_append_latency_seconds_sum"),
+  };
+}
+
+const probes = new Set<Deno.ChildProcess>();
+killOnExit(probes);
+
+/** The example worker under `bench/worker_probe.ts`, which reports its cycle on SIGUSR1. */
+function startProbeWorker(server: string, env: Record<string, string>) {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", new URL("./worker_probe.ts", import.meta.url).pathname, "--server", server],
+    env: { NO_COLOR: "1", ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  probes.add(child);
+  const lines: string[] = [];
+  const wakers = new Set<() => void>();
+  const pump = (async () => {
+    let buf = "";
+    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
+      buf += chunk;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        lines.push(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+        for (const w of [...wakers]) w();
+      }
+    }
+  })();
+  const status = child.status.then(async (s) => {
+    probes.delete(child);
+    await pump;
+    return s;
+  });
+  return {
+    pid: child.pid,
+    /** The cycle samples since the previous call. */
+    async cycle(): Promise<{ n: number; p50_ms: number; p99_ms: number }> {
+      const seen = lines.length;
+      const got = new Promise<void>((resolve) => {
+        const check = () => {
+          if (lines.slice(seen).some((l) => l.startsWith('{"cycle"'))) {
+            wakers.delete(check);
+            resolve();
+          }
+        };
+        wakers.add(check);
+      });
+      child.kill("SIGUSR1");
+      await Promise.race([got, new Promise((r) => setTimeout(r, 5000))]);
+      const line = lines.slice(seen).find((l) => l.startsWith('{"cycle"'));
+      return line ? JSON.parse(line).cycle : { n: 0, p50_ms: NaN, p99_ms: NaN };
+    },
+    kill: async (signal: Deno.Signal = "SIGKILL") => {
+      try {
+        child.kill(signal);
+      } catch { /* gone */ }
+      return await status;
+    },
+  };
 }
 
 function pct(sorted: number[], p: number): number {
@@ -66,7 +170,7 @@ async function bench(store: "sqlite" | "postgres") {
   const workers = Array.from(
     { length: Number(values.workers) },
     (_, i) =>
-      startOrderWorker(server.url, {
+      startProbeWorker(server.url, {
         ORDER_TRACE: "0",
         ORDER_CONCURRENCY: values.concurrency,
         ORDER_WORKER_ID: `bench-${i}`,
@@ -84,7 +188,14 @@ async function bench(store: "sqlite" | "postgres") {
     await c.get("/v1/executions/warmup/wait?timeout_s=60");
 
     const latencies: number[] = [];
-    const cpu0 = { server: cpuSeconds(server.pid), workers: workers.map((w) => cpuSeconds(w.pid)) };
+    for (const w of workers) await w.cycle(); // the warm-up's samples are left out
+    const counters0 = await serverCounters(c);
+    const cpu0 = {
+      server: cpuSeconds(server.pid),
+      main: cpuSeconds(server.pid, server.pid),
+      workers: workers.map((w) => cpuSeconds(w.pid)),
+    };
+    const sampler = busySampler(server.pid);
     let next = 0;
     const started = performance.now();
     await Promise.all(Array.from({ length: CLIENTS }, async () => {
@@ -106,9 +217,16 @@ async function bench(store: "sqlite" | "postgres") {
       }
     }));
     const seconds = (performance.now() - started) / 1000;
+    const busy = sampler.stop();
     const serverCpu = cpuSeconds(server.pid) - cpu0.server;
+    const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
     const workerCpu = workers.reduce((sum, w, i) => sum + cpuSeconds(w.pid) - cpu0.workers[i]!, 0);
+    const counters = await serverCounters(c);
+    const cycles = await Promise.all(workers.map((w) => w.cycle()));
+    // Several workers: the figures of the one with the most samples.
+    const cycle = cycles.sort((a, b) => b.n - a.n)[0]!;
     latencies.sort((a, b) => a - b);
+    const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
     return {
       store,
       orders: ORDERS,
@@ -118,8 +236,24 @@ async function bench(store: "sqlite" | "postgres") {
       p99_ms: Math.round(pct(latencies, 0.99)),
       server_peak_rss_mb: peakRssMb(server.pid),
       seconds: Math.round(seconds * 10) / 10,
-      server_cpu_s: Math.round(serverCpu * 10) / 10,
-      worker_cpu_s: Math.round(workerCpu * 10) / 10,
+      server_cpu_s: round(serverCpu, 2),
+      worker_cpu_s: round(workerCpu, 2),
+      server_cpu_ms_per_order: round((serverCpu * 1000) / ORDERS, 2),
+      worker_cpu_ms_per_order: round((workerCpu * 1000) / ORDERS, 2),
+      main_thread_cpu_share: round(mainCpu / seconds, 2),
+      main_thread_busy_share: round(busy, 2),
+      commits_per_order: round((counters.commits - counters0.commits) / ORDERS, 2),
+      events_per_commit: round(
+        (counters.events - counters0.events) / (counters.commits - counters0.commits),
+        1,
+      ),
+      commit_ms_avg: round(
+        ((counters.commitSeconds - counters0.commitSeconds) * 1000) /
+          (counters.commits - counters0.commits),
+        2,
+      ),
+      cycle_p50_ms: cycle.p50_ms,
+      cycle_p99_ms: cycle.p99_ms,
     };
   } finally {
     for (const w of workers) await w.kill("SIGKILL");
@@ -135,7 +269,11 @@ for (const s of stores) {
   const r = await bench(s);
   results.push(r);
   console.log(
-    `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB (${r.orders} orders, ${r.clients} clients; ${r.seconds} s, CPU: server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)`,
+    `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB (${r.orders} orders, ${r.clients} clients; ${r.seconds} s)\n` +
+      `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
+      `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each); server main thread busy ${
+        Math.round(r.main_thread_busy_share * 100)
+      } % (on CPU ${Math.round(r.main_thread_cpu_share * 100)} %)`,
   );
 }
 await stopSharedPostgres();
