@@ -1,6 +1,7 @@
 /**
  * The decision half of the pure core: state + command → new events. `decide` works on a copy
- * of the state and returns both the events and the state after them; the shell commits the
+ * of the state (`copyState`: the containers events write into, not the values they carry) and
+ * returns both the events and the state after them; the shell commits the
  * events and only then installs the new state. The clock and id source are injected.
  *
  * A command that no longer applies (a result for a dead token, a timer already fired, a
@@ -11,10 +12,15 @@
  * through its step lists; `saga.ts` runs compensations and ends failed, cancelled and timed-out
  * runs; `signals.ts` records signals and opens their handler runs.
  */
-import { cloneJson } from "./clone.ts";
 import type { ErrorInfo, ExecutionStatus, HistoryEvent } from "./events.ts";
 import { backoffMs, retryPolicy, type TaskSpec, type WorkflowDoc } from "./ir.ts";
-import { emptyState, type ExecutionState, stepOfToken, type StepState } from "./state.ts";
+import {
+  copyState,
+  emptyState,
+  type ExecutionState,
+  stepOfToken,
+  type StepState,
+} from "./state.ts";
 import { baseId, Builder, type Context, isOpen } from "./builder.ts";
 import { advance } from "./advance.ts";
 import { beginCompensation, cancelOpen, compensationOf } from "./saga.ts";
@@ -71,7 +77,7 @@ export async function decide(
   cmd: Command,
   ctx: Context,
 ): Promise<Decision> {
-  const b = new Builder(def, state ? cloneJson(state) : emptyState(), ctx);
+  const b = new Builder(def, state ? copyState(state) : emptyState(), ctx);
   const accepted = handle(b, cmd);
   if (accepted) await advance(b);
   return { events: b.events, state: b.state, accepted };

@@ -471,6 +471,43 @@ export function isOpenStatus(status: StepStatus): boolean {
     status === "waiting";
 }
 
+/**
+ * A copy of `s` that `apply` can change without touching `s`: every container `apply` writes
+ * into is copied (the state itself, `steps` and each step with its `tokens` and each token,
+ * `frames` and each frame, `outputs`, `completed`, `compensation_failures`, `timers`, `vars`,
+ * `signals`, `handlers`); everything `apply` only stores or replaces is shared — inputs,
+ * outputs, payloads, errors, variable values, child specs, timer entries, handler entries.
+ * Those values are never changed in place by anyone (they are what events carry), so sharing
+ * them is safe, and it keeps `st.output` and `outputs[id]` the same object as in the event.
+ * It is what `decide` pays per command instead of a deep copy of the whole state.
+ *
+ * Keep this in step with `apply`: a container it starts writing into must be copied here.
+ */
+export function copyState(s: ExecutionState): ExecutionState {
+  const steps: Record<string, StepState> = {};
+  for (const id in s.steps) {
+    const st = s.steps[id]!;
+    const tokens: Record<string, TokenInfo> = {};
+    for (const t in st.tokens) tokens[t] = { ...st.tokens[t]! };
+    steps[id] = { ...st, tokens };
+  }
+  const frames: Record<string, FrameState> = {};
+  for (const f in s.frames) frames[f] = { ...s.frames[f]! };
+  return {
+    ...s,
+    frames,
+    steps,
+    outputs: { ...s.outputs },
+    completed: s.completed.slice(),
+    compensation_queue: s.compensation_queue.slice(),
+    compensation_failures: s.compensation_failures.slice(),
+    timers: { ...s.timers },
+    vars: { ...s.vars },
+    signals: s.signals.slice(),
+    handlers: { ...s.handlers },
+  };
+}
+
 /** Rebuilds the state of a run from its whole history. */
 export function replay(events: readonly HistoryEvent[]): ExecutionState {
   const s = emptyState();
