@@ -115,7 +115,13 @@ Deno.test("pending: a queued task names the missing worker, then free slots, bus
     );
     const show = await orbit(s.url, ["executions", "show", "p1"]);
     assert.equal(show.code, 0);
-    assert.match(show.stdout, /status\s+running[\s\S]*\npending\n[\s\S]*QUEUED_NO_WORKER/);
+    assert.match(
+      show.stdout,
+      /^status +running$[\s\S]*^pending +work: QUEUED_NO_WORKER: queued: no worker serves task pend\.work/m,
+    );
+    // The pending line's value starts in the column of every other value.
+    const starts = show.stdout.trim().split("\n").map((l) => l.search(/ {2}\S/));
+    assert.equal(new Set(starts).size, 1, show.stdout);
     const json = await orbit(s.url, ["executions", "pending", "p1", "--json"]);
     assert.equal(JSON.parse(json.stdout).pending[0].reason, "QUEUED_NO_WORKER");
 

@@ -215,7 +215,8 @@ const enc = encodeURIComponent;
 // ---------------------------------------------------------------------------------------------
 // Human output
 
-function executionBlock(x: Execution): string {
+/** `pending`: the items of `/pending`, one `step: REASON: message` line each. */
+function executionBlock(x: Execution, pending?: Json[]): string {
   const created = typeof x.created_ms === "number" ? x.created_ms : undefined;
   const closed = typeof x.closed_ms === "number" ? x.closed_ms : undefined;
   const took = created !== undefined && closed !== undefined
@@ -233,6 +234,14 @@ function executionBlock(x: Execution): string {
     ["input", x.input === undefined ? undefined : JSON.stringify(x.input)],
     ["output", x.output === undefined || x.output === null ? undefined : JSON.stringify(x.output)],
     ["error", errorText(x.error)],
+    ...(pending === undefined
+      ? []
+      : pending.length === 0
+      ? [["pending", "nothing"] as [string, string]]
+      : pending.map((p, i): [string, string] => [
+        i === 0 ? "pending" : "",
+        `${str(p.step)}: ${str(p.reason)}: ${str(p.message)}`,
+      ])),
   ]);
 }
 
@@ -465,12 +474,12 @@ async function list(ctx: Ctx, o: ListOptions): Promise<void> {
 async function show(ctx: Ctx, id: string): Promise<void> {
   const r = await ctx.http.get<Execution>(`/v1/executions/${enc(id)}`);
   if (ctx.json) return printJson(r.data);
-  out(executionBlock(r.data));
-  if (r.data.status !== "running") return;
-  // "Why is it waiting?": best effort, an older server has no such route.
-  const p = await ctx.http.get<{ pending?: Json[] }>(`/v1/executions/${enc(id)}/pending`)
-    .catch(() => null);
-  if (p && Array.isArray(p.data.pending)) out(`\npending\n${pendingTable(p.data.pending)}`);
+  // "Why is it waiting?" for a running one: best effort, an older server has no such route.
+  const p = r.data.status === "running"
+    ? await ctx.http.get<{ pending?: Json[] }>(`/v1/executions/${enc(id)}/pending`)
+      .catch(() => null)
+    : null;
+  out(executionBlock(r.data, Array.isArray(p?.data.pending) ? p.data.pending : undefined));
 }
 
 async function pending(ctx: Ctx, id: string): Promise<void> {
