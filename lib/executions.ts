@@ -13,7 +13,12 @@ import type { WorkflowDoc } from "./engine/ir.ts";
 import { type ExecutionState, inFlightCount, replay } from "./engine/state.ts";
 import type { GroupCommitter } from "./committer.ts";
 import type { Definitions } from "./definitions.ts";
-import { DuplicateExecutionError, type ExecutionRow, type Store } from "./store/store.ts";
+import {
+  DuplicateExecutionError,
+  type ExecutionRow,
+  FencedError,
+  type Store,
+} from "./store/store.ts";
 import { conflict, invalid, notFound, OrbitError, storageError } from "./errors.ts";
 import type { Metrics } from "./metrics.ts";
 import { validateAgainst } from "./jsonschema.ts";
@@ -87,6 +92,12 @@ export class Executions {
   observer: ExecutionObserver | null = null;
   /** More observers (the HTTP adapter, the child coordinator), told after `observer`. */
   readonly #observers: ExecutionObserver[] = [];
+  /**
+   * Executions whose last append failed in a way that may have written it (a connection lost
+   * after COMMIT was sent): memory may be behind the history. They are rebuilt from history
+   * before their next command, and in the background until that works (see #resync).
+   */
+  readonly #suspect = new Map<string, ReturnType<typeof setTimeout> | null>();
 
   constructor(
     readonly store: Store,
@@ -168,9 +179,14 @@ export class Executions {
         try {
           await this.committer.append({ row, events: d.events, create: true });
         } catch (e) {
+          // Either the id exists (maybe from an earlier attempt of this very start whose
+          // commit landed although it reported an error), or the outcome is unknown: read
+          // the store, and load a running execution that memory does not hold yet.
           if (e instanceof DuplicateExecutionError) {
-            const existing = await this.store.getExecution(id);
+            const existing = await this.#adopt(id);
             if (existing) return { created: false, row: existing };
+          } else if (!(e instanceof FencedError)) {
+            this.#markSuspect(id);
           }
           throw storageError(e);
         }
@@ -209,6 +225,7 @@ export class Executions {
     } | null
   > {
     return this.serial(id, async () => {
+      if (this.#suspect.has(id)) await this.#resync(id);
       const a = this.active.get(id);
       if (!a) return null;
       const now = this.clock.now();
@@ -229,7 +246,10 @@ export class Executions {
       try {
         await this.committer.append({ row: rowOf(d.state, now), events: d.events });
       } catch (e) {
-        // Memory stays as it was: the engine changes state only after a commit.
+        // Memory stays as it was: the engine changes state only after a commit. The commit
+        // may have landed all the same; the execution is rebuilt from history before it
+        // moves again.
+        if (!(e instanceof FencedError)) this.#markSuspect(id);
         throw storageError(e);
       }
       this.#install(id, a.state, d.state, a.def, d.events);
@@ -383,16 +403,14 @@ export class Executions {
     try {
       await this.committer.append({ row: rowOf(d.state, now), events: d.events });
     } catch (e) {
-      // The row stays `continued`; this retries, and so does recovery after a restart.
-      log.engine.error("cannot start the next run after continue-as-new; retrying in 1 s", {
+      // The row stays `continued` unless the commit landed after all: the resync reads the
+      // row and either loads the next run or starts it again (so does recovery after a
+      // restart). A blind retry could start a second next run.
+      log.engine.error("cannot start the next run after continue-as-new; retrying", {
         execution_id: id,
         error: (e as Error).message,
       });
-      if (!this.#stopped) {
-        setTimeout(() => {
-          if (!this.#stopped) this.serial(id, () => this.#continue(ended, def)).catch(() => {});
-        }, 1000);
-      }
+      if (!(e instanceof FencedError)) this.#markSuspect(id);
       return;
     }
     log.engine.info("execution continued as new", {
@@ -405,8 +423,117 @@ export class Executions {
 
   stop(): void {
     this.#stopped = true;
+    for (const t of this.#suspect.values()) if (t) clearTimeout(t);
     for (const a of this.active.values()) for (const t of a.timers) clearTimeout(t);
     for (const set of this.#waiters.values()) for (const w of [...set]) w();
+  }
+
+  /**
+   * Records that an attempt's outcome is unknown (StepAttemptUncertain, then a redelivery),
+   * in the background; a failed append is retried every second until it is recorded or no
+   * longer applies. Nothing else would ever move such an attempt. Resolves after the first
+   * try.
+   */
+  uncertain(id: string, token: string, reason: string): Promise<void> {
+    return this.command(id, { type: "uncertain", token, reason }).then(() => {}, (e) => {
+      if (this.#stopped) return;
+      log.engine.error("cannot record an uncertain attempt; retrying in 1 s", {
+        execution_id: id,
+        error: (e as Error).message,
+      });
+      setTimeout(() => {
+        if (!this.#stopped) this.uncertain(id, token, reason);
+      }, 1000);
+    });
+  }
+
+  /**
+   * The start of an id that exists: answers its row, and loads it into memory when it runs
+   * but memory does not hold it (the commit of an earlier attempt of this start landed
+   * although it reported an error).
+   */
+  async #adopt(id: string): Promise<ExecutionRow | null> {
+    if (!this.active.has(id)) await this.#resync(id);
+    const a = this.active.get(id);
+    if (a) return rowOf(a.state, this.clock.now());
+    return await this.store.getExecution(id);
+  }
+
+  /** Marks an execution for a rebuild from history, and keeps trying until one works. */
+  #markSuspect(id: string, delayMs = 50): void {
+    if (this.#stopped || this.opts.readOnly) return;
+    const old = this.#suspect.get(id);
+    if (old) clearTimeout(old);
+    const t = setTimeout(() => {
+      if (this.#stopped || !this.#suspect.has(id)) return;
+      this.#suspect.set(id, null);
+      this.serial(id, () => this.#suspect.has(id) ? this.#resync(id) : Promise.resolve())
+        .catch((e) => {
+          log.engine.warn("cannot re-read an execution after a failed commit; retrying in 1 s", {
+            execution_id: id,
+            error: (e as Error).message,
+          });
+          if (this.#suspect.has(id)) this.#markSuspect(id, 1000);
+        });
+    }, delayMs);
+    this.#suspect.set(id, t);
+  }
+
+  /**
+   * Brings memory level with the stored history after an append whose outcome is unknown
+   * (runs inside `serial`). Nothing landed: memory is right. Something landed: the execution
+   * is rebuilt from its history and installed as if that commit had answered, so waiters,
+   * timers, the queue and the observers see the landed events. A dispatch among them was
+   * never handed to its worker (the request that made it failed): it is marked uncertain at
+   * once, and redelivered with the same idempotency key. Throws when the store cannot be
+   * read; the execution then stays marked.
+   */
+  async #resync(id: string): Promise<void> {
+    const row = await this.store.getExecution(id);
+    const a = this.active.get(id);
+    const timer = this.#suspect.get(id);
+    if (timer) clearTimeout(timer);
+    this.#suspect.delete(id);
+    if (!row) return; // a start that did not land
+    if (a && row.run_id === a.state.run_id && row.last_seq === a.state.last_seq) return;
+    if (!a && row.status !== "running" && row.status !== "continued") return;
+    const def = await this.defs.get(row.workflow, row.version);
+    if (!def) {
+      log.engine.error("cannot rebuild execution: its definition is missing", {
+        execution_id: id,
+        workflow: row.workflow,
+        version: row.version,
+      });
+      return;
+    }
+    let events: HistoryEvent[];
+    try {
+      events = await readRun(this.store, row.run_id);
+    } catch (e) {
+      this.#markSuspect(id, 1000);
+      throw e;
+    }
+    const state = replay(events);
+    const landed = a && a.state.run_id === row.run_id
+      ? events.filter((e) => e.seq > a.state.last_seq)
+      : events;
+    log.engine.warn("rebuilt execution from history after a commit with an unknown outcome", {
+      execution_id: id,
+      landed_events: landed.length,
+    });
+    this.#install(id, a?.state ?? null, state, def, landed);
+    for (const e of landed) {
+      if (e.type !== "StepDispatched" || state.phase === "closed") continue;
+      const token = (e as { token?: string }).token;
+      if (!token) continue;
+      this.uncertain(
+        id,
+        token,
+        "the dispatch was committed, but the request that made it failed before the worker " +
+          "got the task",
+      );
+    }
+    if (state.continued) await this.#continue(state, def);
   }
 
   #install(

@@ -348,11 +348,11 @@ export class Workers implements ExecutionObserver {
   #delivered(s: Session, tasks: TaskPayload[], signal?: AbortSignal): TaskPayload[] {
     if (!signal?.aborted) return tasks;
     for (const t of tasks) {
-      this.executions.command(t.execution_id, {
-        type: "uncertain",
-        token: t.token,
-        reason: `the request of worker \`${s.worker_id}\` closed before the task was delivered`,
-      }).catch(() => {});
+      this.executions.uncertain(
+        t.execution_id,
+        t.token,
+        `the request of worker \`${s.worker_id}\` closed before the task was delivered`,
+      );
     }
     return [];
   }
@@ -422,17 +422,9 @@ export class Workers implements ExecutionObserver {
   }
 
   async #loseAttempts(s: Session, reason: string): Promise<void> {
-    await Promise.all([...s.tokens].map(async (token) => {
+    await Promise.all([...s.tokens].map((token) => {
       const id = executionOfToken(token);
-      if (!id) return;
-      try {
-        await this.executions.command(id, { type: "uncertain", token, reason });
-      } catch (e) {
-        log.engine.error("cannot record an uncertain attempt", {
-          execution_id: id,
-          error: (e as Error).message,
-        });
-      }
+      return id ? this.executions.uncertain(id, token, reason) : undefined;
     }));
   }
 
@@ -452,11 +444,11 @@ export class Workers implements ExecutionObserver {
       this.#orphans.delete(token);
       const id = executionOfToken(token);
       if (!id) continue;
-      this.executions.command(id, {
-        type: "uncertain",
+      this.executions.uncertain(
+        id,
         token,
-        reason: "no worker reported the attempt within --session-timeout after this server started",
-      }).catch(() => this.#orphans.set(token, now + 1000));
+        "no worker reported the attempt within --session-timeout after this server started",
+      );
     }
   }
 }
