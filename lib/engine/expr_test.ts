@@ -149,3 +149,78 @@ Deno.test("expressionsIn() yields every {% %} string with its JSON path", () => 
   assert.deepEqual([...expressionsIn("{% 2 %}", "$.x")], [{ path: "$.x", text: "2" }]);
   assert.deepEqual([...expressionsIn(undefined, "$.x")], []);
 });
+
+Deno.test("evaluate() reads plain paths exactly as JSONata does", async () => {
+  const reference = async (text: string, scope: Scope) => {
+    // What evaluate() always did: JSONata, then a JSON round trip of objects.
+    const r = await compile(text).evaluate({}, { ...scope });
+    if (r === undefined) return null;
+    const isFn = (x: unknown) =>
+      typeof x === "function" ||
+      (x !== null && typeof x === "object" && ("_jsonata_function" in x || "_jsonata_lambda" in x));
+    if (isFn(r)) return null;
+    if (r === null || typeof r !== "object") return r;
+    return JSON.parse(JSON.stringify(r, (_k, x) => isFn(x) ? null : x));
+  };
+  const fn = { _jsonata_function: true, a: 1 };
+  const inputs: unknown[] = [
+    { a: { b: 1 } },
+    { a: [{ b: 1 }, { b: [2, 3] }, { c: 4 }] },
+    { a: [] },
+    { a: [[1], [2]] },
+    { a: [{ b: 1 }] },
+    { a: { b: [{ c: 1 }] } },
+    { a: null },
+    { a: "text" },
+    { a: 0 },
+    { a: { b: -0 } },
+    { a: fn },
+    JSON.parse('{"a":{"__proto__":{"b":5}}}'),
+    [1, 2],
+    [{ a: 1 }],
+    "text",
+    null,
+    {},
+  ];
+  const texts = [
+    "$input",
+    "$input.a",
+    "$input.a.b",
+    "$input.a.b.c",
+    "$input.constructor",
+    "$input.a.__proto__",
+    "$input.a.__proto__.b",
+    "$input.a.length",
+    "$input.`a`",
+    "$steps",
+    "$steps.validate.total",
+    "$vars",
+    "$vars.status",
+    "$execution",
+    "$execution.id",
+    "$signal",
+    "$signal.a",
+  ];
+  for (const input of inputs) {
+    for (const signal of [undefined, input]) {
+      const scope = { ...SCOPE, input, ...(signal !== undefined ? { signal } : {}) };
+      for (const text of texts) {
+        const tpl = `{% ${text} %}`;
+        const what = `${text} on ${JSON.stringify(input)}`;
+        const want = await reference(text, scope);
+        assert.deepEqual(await evaluate(tpl, scope), want, what);
+        assert.deepEqual(await evaluate({ x: [tpl] }, scope), { x: [want] }, what);
+      }
+    }
+  }
+});
+
+Deno.test("evaluate() results share no object with the scope", async () => {
+  const scope = structuredClone(SCOPE);
+  for (const text of ["$input", "$input.items", "$steps", "$steps.validate", "$vars"]) {
+    const out = await evaluate(`{% ${text} %}`, scope) as Record<string, unknown>;
+    out.changed = true;
+  }
+  (await evaluate({ a: "{% $input.items %}" }, scope) as { a: unknown[] }).a.push(1);
+  assert.deepEqual(scope, SCOPE);
+});
