@@ -1,9 +1,41 @@
-/** `GET /`: the web UI, embedded as a module so the bundle and binary carry it. */
-import { Hono } from "hono";
-import { UI_HTML } from "../lib/ui_html.ts";
+/**
+ * The console (`ui/`, bundled into `lib/ui_assets.ts` so the bundle and the binary carry
+ * it): the page at `/` and at every console path (an execution has its own shareable URL,
+ * `/executions/{id}`), its script and stylesheet. A strict Content-Security-Policy: only
+ * this origin's script and style, no inline code, so nothing an id or a payload holds can
+ * run even if it were ever put into the page as markup.
+ */
+import { type Context, Hono } from "hono";
+import { UI_CSS, UI_HTML, UI_JS } from "../lib/ui_assets.ts";
+
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " +
+  "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+const PAGES = ["/", "/executions", "/workflows", "/schedules", "/workers", "/cluster"];
+
+function page(c: Context): Response {
+  return c.html(UI_HTML, 200, {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+  });
+}
 
 export function uiRoutes(): Hono {
   const app = new Hono();
-  app.get("/", (c) => c.html(UI_HTML));
+  for (const p of PAGES) {
+    app.get(p, page);
+    if (p !== "/") app.get(`${p}/*`, page);
+  }
+  // Asset URLs carry a hash of their content (?v=…): they may be cached for good.
+  const asset = (body: string, type: string) => (c: Context) =>
+    c.body(body, 200, {
+      "content-type": type,
+      "cache-control": "public, max-age=31536000, immutable",
+      "x-content-type-options": "nosniff",
+    });
+  app.get("/ui/app.js", asset(UI_JS, "text/javascript; charset=utf-8"));
+  app.get("/ui/app.css", asset(UI_CSS, "text/css; charset=utf-8"));
   return app;
 }

@@ -1,0 +1,318 @@
+/**
+ * The console in a real browser: Debian's chromium driven by playwright-core, against a real
+ * server process started with --token and a real worker process (the OrderProcessing example
+ * worker). It asks for the token, lists and filters executions, opens one by its own URL, shows
+ * the timeline and the pending reason of a step no worker serves, sends a signal, runs a
+ * query, cancels (compensations drawn), pauses and resumes a schedule, shows a worker id full of
+ * HTML as text, shows an API error with its code, and draws a workflow's IR as a step graph.
+ *
+ * With ORBIT_SCREENSHOTS=docs it also writes the README's screenshots to docs/.
+ * Skipped (loudly) only when /usr/bin/chromium is absent; .ci/run installs it.
+ */
+import assert from "node:assert/strict";
+import { chromium, type Page } from "playwright-core";
+import { api, startServer, tempDir, waitFor } from "./support/server.ts";
+import { ORDER_WORKFLOW, orderInput, startOrderWorker } from "./support/orders.ts";
+
+const CHROMIUM = "/usr/bin/chromium";
+const TOKEN = "console-test-token";
+const ROOT = new URL("../", import.meta.url).pathname;
+const SHOTS = Deno.env.get("ORBIT_SCREENSHOTS") === "docs" ? `${ROOT}docs` : null;
+const hasChromium = (() => {
+  try {
+    return Deno.statSync(CHROMIUM).isFile;
+  } catch {
+    return false;
+  }
+})();
+if (!hasChromium) {
+  console.warn(
+    `SKIPPED tests/console_browser_test.ts: ${CHROMIUM} is missing (apt-get install -y chromium)`,
+  );
+}
+
+/** Pick (warehouse.pick) has no worker anywhere: its executions wait with a reason. */
+const FULFILMENT = {
+  ir: "orbit-ir/1",
+  name: "Fulfilment",
+  version: "1.0.0",
+  steps: [
+    { id: "pick", task: "warehouse.pick", contract: "1", input: "{% $input %}" },
+    { id: "done", return: "{% $steps.pick %}" },
+  ],
+};
+
+/** Validation, then reservation and a human approval side by side, then the charge. */
+const APPROVAL = {
+  ir: "orbit-ir/2",
+  name: "OrderApproval",
+  version: "1.0.0",
+  signals: { approved: { schema: { type: "object" } } },
+  queries: { total: "{% $steps.validate.total %}" },
+  steps: [
+    { id: "validate", task: "orders.validate", contract: "1", input: "{% $input %}" },
+    {
+      id: "prepare",
+      parallel: [
+        [{
+          id: "reserve",
+          task: "inventory.reserve",
+          contract: "1",
+          input: { order_id: "{% $input.order_id %}", items: "{% $input.items %}" },
+          compensate: {
+            task: "inventory.release",
+            contract: "1",
+            input: { reservation_id: "{% $steps.reserve.reservation_id %}" },
+          },
+        }],
+        [{ id: "approval", wait_signal: "approved", timeout_s: 86400 }],
+      ],
+    },
+    {
+      id: "charge",
+      task: "payments.charge",
+      contract: "1",
+      input: {
+        order_id: "{% $input.order_id %}",
+        amount: "{% $steps.validate.total %}",
+        customer: "{% $input.customer %}",
+      },
+    },
+    { id: "done", return: { charged: "{% $steps.charge.amount %}" } },
+  ],
+};
+
+async function shot(page: Page, name: string): Promise<void> {
+  if (!SHOTS) return;
+  await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: false });
+}
+
+Deno.test({
+  name:
+    "console: token, list and filters, an execution's timeline and pending reason, signal, query, cancel, schedules, workers, errors, graph",
+  ignore: !hasChromium,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async () => {
+    const dir = await tempDir();
+    const server = await startServer({
+      db: `${dir}/orbit.db`,
+      args: ["--token", TOKEN, "--session-timeout", "5"],
+    });
+    const worker = startOrderWorker(server.url, { ORBIT_TOKEN: TOKEN, ORDER_TRACE: "0" });
+    const c = api(server.url, TOKEN);
+    let context: Awaited<ReturnType<typeof chromium.launchPersistentContext>> | null = null;
+    try {
+      for (const doc of [ORDER_WORKFLOW, FULFILMENT, APPROVAL]) {
+        assert.equal((await c.post("/v1/workflows", doc)).status, 201);
+      }
+      const start = async (workflow: string, id: string, input: unknown) => {
+        const r = await c.post("/v1/executions", { workflow, execution_id: id, input });
+        assert.equal(r.status, 201, JSON.stringify(r.body));
+      };
+      await start("OrderProcessing", "order-1", orderInput("order-1"));
+      await start("OrderProcessing", "order-declined", {
+        ...orderInput("order-declined"),
+        customer: "declined",
+      });
+      await start("Fulfilment", "stuck-1", { order_id: "stuck-1" });
+      await start("OrderApproval", "approve-1", orderInput("approve-1"));
+      await start("OrderApproval", "approve-2", orderInput("approve-2"));
+      for (const id of ["order-1", "order-declined"]) {
+        await waitFor(async () => {
+          const r = await c.get(`/v1/executions/${id}/wait?timeout_s=10`);
+          return r.body.status !== "running";
+        }, `${id} to finish`);
+      }
+      for (const id of ["approve-1", "approve-2"]) {
+        await waitFor(async () => {
+          const p = (await c.get(`/v1/executions/${id}/pending`)).body.pending ?? [];
+          return p.length === 1 && p[0].reason === "WAITING_FOR_SIGNAL";
+        }, `${id} to wait for its approval only`);
+      }
+      const sched = await c.post("/v1/schedules", {
+        schedule_id: "nightly-fulfilment",
+        workflow: "Fulfilment",
+        input: {},
+        every_s: 86400,
+      });
+      assert.equal(sched.status, 201, JSON.stringify(sched.body));
+      // A worker whose id is markup: it must show as text.
+      const evil = `<img src=x onerror="window.__pwned=1">ü/worker`;
+      const reg = await c.post("/v1/workers/register", {
+        worker_id: evil,
+        runtime: "python",
+        tasks: [{ name: "reports.build", contract: "2" }],
+        concurrency: 2,
+      });
+      assert.equal(reg.status, 200, JSON.stringify(reg.body));
+
+      context = await chromium.launchPersistentContext(await Deno.makeTempDir(), {
+        executablePath: CHROMIUM,
+        headless: true,
+        viewport: { width: 1360, height: 900 },
+        args: [
+          "--headless",
+          "--no-sandbox",
+          "--disable-gpu",
+          "--disable-quic",
+          "--no-first-run",
+          "--disable-background-networking",
+          "--disable-component-update",
+          "--disable-sync",
+        ],
+      });
+      const page = context.pages()[0] ?? await context.newPage();
+      const pageErrors: string[] = [];
+      page.on("pageerror", (e) => pageErrors.push(e.message));
+      page.on("dialog", (d) => d.accept());
+      page.setDefaultTimeout(15_000);
+
+      // Without a token the API answers 401: the console asks for one.
+      await page.goto(`${server.url}/`);
+      await page.getByLabel("Token", { exact: true }).fill(TOKEN);
+      await page.getByRole("button", { name: "Use token" }).click();
+      assert.equal(new URL(page.url()).pathname, "/executions");
+      const rows = page.locator("table.list tbody tr");
+      await waitFor(async () => (await rows.count()) === 5, "five executions listed");
+      assert.equal(
+        await page.evaluate(() => sessionStorage.getItem("orbit-token")),
+        TOKEN,
+        "the token is kept in sessionStorage",
+      );
+      await shot(page, "console-executions");
+
+      // Filters: status, then workflow (they go into the URL).
+      await page.getByLabel("Status").selectOption("failed");
+      await waitFor(async () => (await rows.count()) === 1, "one failed execution");
+      assert.match(await rows.first().innerText(), /order-declined/);
+      assert.match(page.url(), /status=failed/);
+      await page.getByLabel("Status").selectOption("");
+      await page.getByLabel("Id prefix").fill("approve-");
+      await page.getByLabel("Id prefix").press("Enter");
+      await waitFor(async () => (await rows.count()) === 2, "two ids with the prefix approve-");
+      assert.match(page.url(), /id=approve-/);
+      await page.getByLabel("Id prefix").fill("");
+      await page.getByLabel("Id prefix").press("Enter");
+      await page.getByLabel("Workflow").selectOption("Fulfilment");
+      await waitFor(
+        async () => (await rows.count()) === 1 && /stuck-1/.test(await rows.first().innerText()),
+        "the Fulfilment execution alone",
+      );
+
+      // Open it: its own URL, the timeline, and why it waits.
+      await page.getByRole("link", { name: "stuck-1" }).click();
+      assert.equal(new URL(page.url()).pathname, "/executions/stuck-1");
+      const pendingBox = page.locator("section.pending");
+      await pendingBox.getByText("no worker serves task warehouse.pick contract 1").waitFor();
+      assert.match(await pendingBox.innerText(), /QUEUED_NO_WORKER/);
+      assert.match(
+        await page.locator("table.timeline").innerText(),
+        /pick\s[\s\S]*warehouse\.pick@1/,
+      );
+      await shot(page, "console-pending");
+
+      // The approval: timeline with parallel branches, a query, then the signal.
+      await page.goto(`${server.url}/executions/approve-1`);
+      await pendingBox.getByText("waiting for signal approved").waitFor();
+      const timeline = page.locator("table.timeline");
+      await timeline.getByText("branch prepare[0]").waitFor();
+      assert.match(await timeline.innerText(), /approval[\s\S]*branch prepare\[1\]/);
+      await page.getByRole("button", { name: "Run total" }).click();
+      await page.locator("pre.json", { hasText: "19" }).first().waitFor();
+      await shot(page, "console-execution");
+      await page.getByLabel("Payload (JSON)").fill('{"by":"<b>ops</b>"}');
+      await page.getByRole("button", { name: "Send signal" }).click();
+      await page.locator("h1 .status", { hasText: "completed" }).waitFor();
+      const history = page.locator("table.history");
+      const signalRow = history.locator("tr", { hasText: "SignalReceived" });
+      await signalRow.locator("summary").click();
+      assert.match(await signalRow.locator("pre").innerText(), /"by": "<b>ops<\/b>"/);
+      assert.equal(await history.locator("b").count(), 0, "payload markup stays text");
+      assert.equal((await c.get("/v1/executions/approve-1")).body.status, "completed");
+
+      // Cancel the other: the reservation's compensation shows on the timeline.
+      await page.goto(`${server.url}/executions/approve-2`);
+      await page.getByRole("button", { name: "Cancel execution" }).click();
+      await page.locator("h1 .status", { hasText: "cancelled" }).waitFor();
+      await timeline.getByText("compensation").first().waitFor();
+      assert.match(await timeline.innerText(), /reserve\.compensate/);
+      assert.equal((await c.get("/v1/executions/approve-2")).body.status, "cancelled");
+
+      // The failed order: its error and compensations.
+      await page.goto(`${server.url}/executions/order-declined`);
+      await page.locator(".error", { hasText: "CARD_DECLINED" }).first().waitFor();
+      await shot(page, "console-failed");
+
+      // An API error is shown with its code.
+      await page.goto(`${server.url}/executions/no-such-execution`);
+      await page.locator(".error", { hasText: "UNKNOWN_EXECUTION" }).waitFor();
+
+      // Schedules: pause, then resume.
+      await page.getByRole("link", { name: "Schedules" }).click();
+      const schedRow = page.locator('tr[data-schedule="nightly-fulfilment"]');
+      await schedRow.getByRole("button", { name: "Pause" }).click();
+      await schedRow.getByText("paused").waitFor();
+      assert.equal((await c.get("/v1/schedules/nightly-fulfilment")).body.paused, true);
+      await shot(page, "console-schedules");
+      await schedRow.getByRole("button", { name: "Resume" }).click();
+      await schedRow.getByRole("button", { name: "Pause" }).waitFor();
+      assert.equal((await c.get("/v1/schedules/nightly-fulfilment")).body.paused, false);
+
+      // Workers: the markup id is text, and nothing ran.
+      await page.getByRole("link", { name: "Workers" }).click();
+      await page.locator("td.id", { hasText: evil }).waitFor();
+      await page.locator("td.id", { hasText: "orders-typescript" }).waitFor();
+      assert.equal(await page.locator("main img").count(), 0);
+      assert.equal(
+        await page.evaluate(() => (globalThis as { __pwned?: number }).__pwned),
+        undefined,
+      );
+      await shot(page, "console-workers");
+
+      // Workflows: the IR as a step graph, parallel branches side by side.
+      await page.goto(`${server.url}/workflows/OrderApproval/1.0.0`);
+      await page.locator(".node-id", { hasText: "approval" }).waitFor();
+      assert.equal(await page.locator(".graph .branch").count(), 2);
+      assert.match(await page.locator(".graph").innerText(), /compensate: inventory\.release@1/);
+      await shot(page, "console-workflow");
+
+      // Cluster and metrics.
+      await page.getByRole("link", { name: "Cluster" }).click();
+      await page.locator("dd", { hasText: "single" }).waitFor();
+      await page.locator(".card", { hasText: "Executions started" }).locator(".big", {
+        hasText: "5",
+      }).waitFor();
+      await shot(page, "console-cluster");
+
+      // Keyboard: the skip link, then the first nav link, by Tab and Enter.
+      await page.goto(`${server.url}/workers`);
+      await page.keyboard.press("Tab");
+      assert.equal(
+        await page.evaluate("document.activeElement?.textContent"),
+        "Skip to content",
+      );
+      await page.keyboard.press("Tab");
+      await page.keyboard.press("Tab");
+      assert.equal(await page.evaluate("document.activeElement?.textContent"), "Executions");
+      await page.keyboard.press("Enter");
+      await page.locator("h1", { hasText: "Executions" }).waitFor();
+      assert.equal(new URL(page.url()).pathname, "/executions");
+
+      // Dark mode follows the system.
+      await page.emulateMedia({ colorScheme: "dark" });
+      await page.goto(`${server.url}/executions/approve-1`);
+      await page.locator("table.timeline").waitFor();
+      const bg = await page.evaluate("getComputedStyle(document.body).backgroundColor");
+      assert.equal(bg, "rgb(13, 17, 23)");
+      await shot(page, "console-execution-dark");
+
+      assert.deepEqual(pageErrors, []);
+    } finally {
+      await context?.close();
+      await worker.kill("SIGKILL");
+      await server.kill("SIGKILL");
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
