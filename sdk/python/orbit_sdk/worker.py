@@ -1,0 +1,892 @@
+"""The ORBIT worker (SPEC §4): registers the tasks it serves, long-polls for attempts with as
+many free slots as it has, runs them on a pool of at most ``concurrency`` threads, heartbeats,
+reports each result, and survives server restarts and failovers.
+
+Threads: one poller (registers, and registers again after 404 UNKNOWN_SESSION), one
+heartbeater (keeps the session alive, surfaces cancellations and passed deadlines to the
+tasks), and ``concurrency`` task threads. A task thread runs an attempt, then reports its
+result; the report asks for the next task in the same request (eager dispatch), so a busy
+worker needs few polls. Connection errors and every 5xx (503 NOT_LEADER included) are retried
+with exponential backoff and jitter, and logged::
+
+    WARNING orbit poll failed: cannot reach ORBIT runtime at http://…: Remote end closed connection without response; retrying in 0.2s
+
+Example::
+
+    worker = Worker("http://127.0.0.1:7233", "orders-python", concurrency=8)
+
+    @worker.task("payments.charge", contract="1")
+    def charge(order: ChargeInput, ctx: TaskContext) -> ChargeOutput:
+        return ChargeOutput(charge_id=f"ch-{ctx.idempotency_key}", amount=order.amount)
+
+    worker.run()   # until SIGTERM/SIGINT: stop polling, finish running tasks, report them
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import queue
+import signal
+import ssl
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ._http import Abort, Backoff, RequestAborted, Transport, format_seconds
+from .contracts import contract_types, from_json, to_json
+from .errors import (
+    OrbitApiError,
+    OrbitConnectionError,
+    OrbitError,
+    OrbitValidationError,
+    TaskError,
+    is_retryable,
+    is_unknown_session,
+)
+
+__all__ = ["Worker", "TaskContext", "TaskDefinition"]
+
+_log = logging.getLogger("orbit")
+
+
+class TaskContext:
+    """What a handler learns about the attempt it runs.
+
+    ``cancelled`` is a :class:`threading.Event` set when the runtime cancels the attempt (the
+    step timed out, the execution was cancelled or failed), when its deadline passes, or when
+    the worker gives up on it at shutdown; ``cancel_reason`` says which. Long tasks should
+    wait on it instead of ``time.sleep`` (``ctx.sleep(5)``) or check it between pieces of
+    work; :meth:`heartbeat` asks the runtime right now.
+    """
+
+    def __init__(self, worker: "Worker", task: Dict[str, Any]) -> None:
+        self._worker = worker
+        self.token: str = task["token"]
+        self.execution_id: str = str(task.get("execution_id", ""))
+        self.step: str = str(task.get("step", ""))
+        self.attempt: int = int(task.get("attempt") or 1)
+        self.task: str = str(task.get("task", ""))
+        self.contract: str = str(task.get("contract", ""))
+        #: The same for every attempt and redelivery of one step execution: deduplicate on it.
+        self.idempotency_key: str = str(task.get("idempotency_key", ""))
+        #: True when the attempt was handed out again after its worker went silent.
+        self.redelivery: bool = bool(task.get("redelivery"))
+        self.deadline_ms: Optional[float] = _deadline_of(task.get("deadline_ms"))
+        self.cancelled = threading.Event()
+        self.cancel_reason: Optional[str] = None
+        self.logger = _log
+
+    def _cancel(self, reason: str) -> None:
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.cancelled.set()
+
+    def heartbeat(self) -> bool:
+        """Heartbeats the session now (with every running attempt) and answers whether this
+        attempt is cancelled. Never raises: a failed heartbeat is logged and retried by the
+        worker's own heartbeat loop."""
+        self._worker._heartbeat_once()
+        return self.cancelled.is_set()
+
+    def sleep(self, seconds: float) -> bool:
+        """Waits ``seconds`` or until the attempt is cancelled; answers True when cancelled."""
+        return self.cancelled.wait(max(0.0, seconds))
+
+    def time_left(self) -> Optional[float]:
+        """Seconds until the attempt's deadline, if the runtime gave one."""
+        if self.deadline_ms is None:
+            return None
+        return self.deadline_ms / 1000 - time.time()
+
+
+@dataclass
+class TaskDefinition:
+    """A task a worker serves: its name, contract version, optional language pin, handler and
+    the input and output types the handler is checked against (``Any``: not checked)."""
+
+    name: str
+    contract: str
+    handler: Callable[..., Any]
+    language: Optional[str] = None
+    input_type: Any = Any
+    output_type: Any = Any
+    takes_context: bool = True
+
+
+@dataclass
+class _Inflight:
+    task: Dict[str, Any]
+    ctx: Optional[TaskContext] = None
+    handler_done: bool = False
+
+
+@dataclass
+class _Outcome:
+    kind: str  # "complete" or "fail"
+    output: Any = None
+    error: Dict[str, Any] = field(default_factory=dict)
+
+
+class _Stopped(Exception):
+    pass
+
+
+class Worker:
+    """Serves tasks to an ORBIT runtime. See the module documentation.
+
+    :param server: base URL of the runtime, or of the load balancer in front of a cluster
+    :param worker_id: this worker's identity (``worker_id`` of registration and workers file)
+    :param token: bearer token (a worker's own token when the server has a workers file)
+    :param concurrency: attempts run at once (threads)
+    :param runtime: reported at registration; tasks pinned ``language: python`` go to it
+    :param poll_wait_s: long-poll wait, at most 60
+    :param heartbeat_s: interval between heartbeats
+    :param request_timeout_s: timeout of every request but the long poll
+    :param ca_file: PEM file of the CA (or self-signed certificate) to trust for https
+    """
+
+    def __init__(
+        self,
+        server: str,
+        worker_id: str,
+        *,
+        token: Optional[str] = None,
+        concurrency: int = 8,
+        runtime: str = "python",
+        poll_wait_s: float = 30.0,
+        heartbeat_s: float = 2.0,
+        request_timeout_s: float = 30.0,
+        ca_file: Optional[str] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        backoff: Optional[Callable[[], Backoff]] = None,
+        logger: Optional[logging.Logger] = None,
+    ) -> None:
+        if not worker_id:
+            raise ValueError("Worker: `worker_id` is required")
+        self.worker_id = worker_id
+        self.runtime = runtime
+        self.concurrency = max(1, int(concurrency))
+        self.poll_wait_s = min(60.0, max(0.0, float(poll_wait_s)))
+        self.heartbeat_s = max(0.01, float(heartbeat_s))
+        self.request_timeout_s = request_timeout_s
+        self.logger = logger or _log
+        self._transport = Transport(server, token=token, ca_file=ca_file, ssl_context=ssl_context)
+        self._new_backoff = backoff or Backoff
+        self._tasks: Dict[Tuple[str, str], TaskDefinition] = {}
+
+        self._lock = threading.Condition()
+        self._state = "new"
+        self._session: Optional[str] = None
+        self._registered_once = False
+        self._running = 0  # slots taken: attempts queued, running or being reported
+        self._inflight: Dict[str, _Inflight] = {}
+        self._queue: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
+        self._poll_abort: Optional[Tuple[str, Abort]] = None
+        self._stopping = threading.Event()
+        # Cuts the poller's backoff short: stop(), or a heartbeat that found the session unknown
+        # (the runtime is back and the poller should register now).
+        self._wake = threading.Event()
+        self._hb_stop = threading.Event()
+        self._abandon = threading.Event()
+        self._done = threading.Event()
+        self._threads: List[threading.Thread] = []
+        self._shutdown_thread: Optional[threading.Thread] = None
+        self._hb_lock = threading.Lock()
+        self._signals = 0
+
+    # ---- tasks ----------------------------------------------------------------------------
+
+    def task(
+        self,
+        name: str,
+        contract: str = "1",
+        *,
+        language: Optional[str] = None,
+        input: Any = None,
+        output: Any = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: serve ``name`` at ``contract`` with the decorated function.
+
+        The handler is ``fn(input)`` or ``fn(input, ctx: TaskContext)``. Its first parameter's
+        annotation (a dataclass, TypedDict, …) is the input contract and its return annotation
+        the output contract, unless ``input=`` / ``output=`` name them. An input that does not
+        fit fails the attempt with ``INVALID_INPUT`` (not retryable); an output that does not
+        fit with ``INVALID_OUTPUT``.
+        """
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.add_task(name, fn, contract=contract, language=language, input=input, output=output)
+            return fn
+
+        return register
+
+    def add_task(
+        self,
+        name: str,
+        handler: Callable[..., Any],
+        *,
+        contract: str = "1",
+        language: Optional[str] = None,
+        input: Any = None,
+        output: Any = None,
+    ) -> TaskDefinition:
+        """Serve ``name`` at ``contract`` with ``handler`` (see :meth:`task`)."""
+        if self._state != "new":
+            raise OrbitError("Worker.add_task: tasks are added before the worker starts")
+        key = (name, str(contract))
+        if key in self._tasks:
+            raise ValueError(f"Worker: task {name} contract {contract} is registered twice")
+        in_tp, out_tp = contract_types(handler)
+        try:
+            n_params = len(
+                [
+                    p
+                    for p in inspect.signature(handler).parameters.values()
+                    if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+                ]
+            )
+        except (TypeError, ValueError):
+            n_params = 2
+        definition = TaskDefinition(
+            name=name,
+            contract=str(contract),
+            handler=handler,
+            language=language,
+            input_type=input if input is not None else in_tp,
+            output_type=output if output is not None else out_tp,
+            takes_context=n_params >= 2,
+        )
+        self._tasks[key] = definition
+        return definition
+
+    @property
+    def tasks(self) -> List[TaskDefinition]:
+        return list(self._tasks.values())
+
+    @property
+    def server(self) -> str:
+        return self._transport.server
+
+    @property
+    def session_id(self) -> Optional[str]:
+        return self._session
+
+    @property
+    def state(self) -> str:
+        """``new``, ``running``, ``stopping`` or ``stopped``."""
+        return self._state
+
+    @property
+    def running_tokens(self) -> List[str]:
+        with self._lock:
+            return list(self._inflight)
+
+    # ---- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Registers (retrying connection errors and 5xx until it succeeds) and starts the
+        threads. Raises :class:`OrbitApiError` when the runtime refuses the registration (401,
+        403 TASK_NOT_ALLOWED, 422 …)."""
+        if self._state != "new":
+            raise OrbitError(f"Worker.start: the worker is {self._state}")
+        if not self._tasks:
+            raise OrbitError("Worker.start: no tasks registered (use @worker.task)")
+        self._state = "running"
+        try:
+            self._ensure_session()
+        except _Stopped:
+            return
+        except BaseException:
+            self._state = "stopped"
+            self._transport.close_all()
+            self._done.set()
+            raise
+        for i in range(self.concurrency):
+            self._spawn(self._task_loop, f"orbit-task-{i}")
+        self._spawn(self._poll_loop, "orbit-poll")
+        self._spawn(self._heartbeat_loop, "orbit-heartbeat")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def run(self, *, install_signal_handlers: bool = True, grace_s: Optional[float] = 30.0) -> None:
+        """Starts the worker (if needed) and blocks until it has stopped.
+
+        With ``install_signal_handlers`` (in the main thread), SIGTERM and SIGINT stop it
+        gracefully: polling stops, running tasks get ``grace_s`` seconds to finish and have
+        their results reported; a second signal exits the process at once (status 130).
+        """
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda signum, _frame: self._on_signal(signum, grace_s))
+        if self._state == "new":
+            self.start()
+        while not self._done.wait(0.5):
+            pass
+
+    def _on_signal(self, signum: int, grace_s: Optional[float]) -> None:
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if self._signals > 1:
+            self.logger.warning("received %s again: exiting now", name)
+            os._exit(130)
+        self.logger.info(
+            "received %s: stopping (finishing %d running task(s); a second signal exits at once)",
+            name,
+            len(self._inflight),
+        )
+        self.stop(grace_s=grace_s)
+
+    def stop(self, grace_s: Optional[float] = 30.0) -> None:
+        """Begins a graceful stop and returns at once: polling stops, running tasks finish and
+        their results are reported (for at most ``grace_s`` seconds; None waits as long as it
+        takes), then the heartbeats stop and the session is unregistered. Attempts still
+        running after the grace period see ``ctx.cancelled`` set, their results are given up,
+        and the runtime redelivers them. :meth:`wait` waits for the end."""
+        with self._lock:
+            if self._shutdown_thread is not None or self._state in ("stopped", "new"):
+                if self._state == "new":
+                    self._state = "stopped"
+                    self._done.set()
+                return
+            self._state = "stopping"
+            self._stopping.set()
+            self._wake.set()
+            self._lock.notify_all()
+            current = self._poll_abort
+        if current is not None:
+            current[1].abort()
+        t = threading.Thread(target=self._shutdown, args=(grace_s,), name="orbit-stop", daemon=True)
+        self._shutdown_thread = t
+        t.start()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the worker has stopped; answers whether it has."""
+        return self._done.wait(timeout)
+
+    def shutdown(self, grace_s: Optional[float] = 30.0) -> None:
+        """:meth:`stop`, then :meth:`wait`."""
+        self.stop(grace_s)
+        self.wait()
+
+    def __enter__(self) -> "Worker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def _shutdown(self, grace_s: Optional[float]) -> None:
+        try:
+            deadline = None if grace_s is None else time.monotonic() + grace_s
+            with self._lock:
+                if self._running:
+                    self.logger.info("stopping: waiting for %d running task(s)", self._running)
+                while self._running > 0:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._lock.wait(left if left is not None else 1.0)
+                left_over = self._running
+            if left_over:
+                self.logger.warning(
+                    "stopping: %d task(s) still running after %s; abandoning them (the runtime "
+                    "redelivers them)",
+                    left_over,
+                    format_seconds(grace_s or 0),
+                )
+                with self._lock:
+                    for entry in self._inflight.values():
+                        if entry.ctx is not None:
+                            entry.ctx._cancel("shutdown")
+                self._abandon.set()
+                with self._lock:
+                    end = time.monotonic() + 0.2
+                    while self._running > 0 and time.monotonic() < end:
+                        self._lock.wait(0.05)
+            self._hb_stop.set()
+            for _ in range(self.concurrency):
+                self._queue.put(None)
+            self._unregister()
+        finally:
+            if self._running == 0:
+                self._transport.close_all()
+            self._state = "stopped"
+            self.logger.info("worker stopped worker_id=%s", self.worker_id)
+            self._done.set()
+
+    # ---- session --------------------------------------------------------------------------
+
+    def _register_body(self) -> Dict[str, Any]:
+        tasks = []
+        for t in self._tasks.values():
+            item: Dict[str, Any] = {"name": t.name, "contract": t.contract}
+            if t.language:
+                item["language"] = t.language
+            tasks.append(item)
+        return {
+            "worker_id": self.worker_id,
+            "runtime": self.runtime,
+            "tasks": tasks,
+            "concurrency": self.concurrency,
+        }
+
+    def _ensure_session(self) -> str:
+        """The current session, registering (with retries) when there is none. Only the
+        poller and start() call it, so registrations never overlap."""
+        session = self._session
+        if session:
+            return session
+        backoff = self._new_backoff()
+        body = self._register_body()
+        while True:
+            if self._stopping.is_set():
+                raise _Stopped()
+            try:
+                res = self._transport.post(
+                    "/v1/workers/register", body, timeout=self.request_timeout_s
+                )
+                session = res.get("session_id") if isinstance(res, dict) else None
+                if not isinstance(session, str) or not session:
+                    raise OrbitApiError(
+                        200, "INVALID_RESPONSE", "register answered without a session_id", body=res
+                    )
+                break
+            except OrbitError as err:
+                retryable = is_retryable(err)
+                # Before the first success a refusal (401, 403, 422) is the caller's to see.
+                if not retryable and not self._registered_once:
+                    raise
+                delay = backoff.next()
+                level = logging.WARNING if retryable else logging.ERROR
+                self.logger.log(
+                    level,
+                    "register failed: %s; retrying in %s",
+                    self._describe(err),
+                    format_seconds(delay),
+                )
+                self._pause(delay)
+                if self._stopping.is_set():
+                    raise _Stopped()
+        self._session = session
+        self._registered_once = True
+        self.logger.info(
+            "worker registered worker_id=%s runtime=%s tasks=%d session_id=%s",
+            self.worker_id,
+            self.runtime,
+            len(self._tasks),
+            session,
+        )
+        return session
+
+    def _forget_session(self, session: str, op: str) -> None:
+        with self._lock:
+            if self._session != session:
+                return
+            self._session = None
+            current = self._poll_abort
+        self.logger.warning(
+            "%s: the runtime does not know session %s (UNKNOWN_SESSION); registering again",
+            op,
+            session,
+        )
+        self._wake.set()
+        if current is not None and current[0] == session:
+            current[1].abort()
+
+    def _unregister(self) -> None:
+        session = self._session
+        if not session:
+            return
+        backoff = self._new_backoff()
+        for attempt in range(1, 5):
+            try:
+                self._transport.post(
+                    "/v1/workers/unregister", {"session_id": session}, timeout=self.request_timeout_s
+                )
+                self._session = None
+                return
+            except OrbitError as err:
+                if is_unknown_session(err):
+                    return
+                if is_retryable(err) and attempt < 4:
+                    delay = backoff.next()
+                    self.logger.warning(
+                        "unregister failed: %s; retrying in %s",
+                        self._describe(err),
+                        format_seconds(delay),
+                    )
+                    time.sleep(delay)
+                    continue
+                self.logger.warning("unregister failed: %s; giving up", self._describe(err))
+                return
+
+    # ---- polling --------------------------------------------------------------------------
+
+    def _pause(self, seconds: float) -> None:
+        """The poller's backoff sleep, cut short by :attr:`_wake`."""
+        self._wake.wait(seconds)
+        self._wake.clear()
+
+    def _free_slots(self) -> int:
+        return self.concurrency - self._running
+
+    def _poll_loop(self) -> None:
+        backoff = self._new_backoff()
+        while not self._stopping.is_set():
+            with self._lock:
+                while self._free_slots() <= 0 and not self._stopping.is_set():
+                    self._lock.wait(1.0)
+            if self._stopping.is_set():
+                break
+            try:
+                session = self._ensure_session()
+            except _Stopped:
+                break
+            except Exception as err:  # defensive: never let the poller die
+                self.logger.error("register failed: %s", self._describe(err))
+                self._pause(backoff.next())
+                continue
+            max_tasks = max(1, self._free_slots())
+            abort = Abort()
+            with self._lock:
+                if self._stopping.is_set():
+                    break
+                self._poll_abort = (session, abort)
+            try:
+                res = self._transport.post(
+                    "/v1/workers/poll",
+                    {"session_id": session, "max_tasks": max_tasks, "wait_s": self.poll_wait_s},
+                    timeout=self.poll_wait_s + 15,
+                    abort=abort,
+                )
+            except RequestAborted:
+                continue  # stopping, or the session was found unknown elsewhere
+            except Exception as err:
+                if is_unknown_session(err):
+                    self._forget_session(session, "poll")
+                    continue
+                if self._stopping.is_set():
+                    break
+                delay = backoff.next()
+                level = logging.WARNING if is_retryable(err) else logging.ERROR
+                self.logger.log(
+                    level, "poll failed: %s; retrying in %s", self._describe(err), format_seconds(delay)
+                )
+                self._pause(delay)
+                continue
+            finally:
+                with self._lock:
+                    self._poll_abort = None
+            tasks = res.get("tasks") if isinstance(res, dict) else None
+            if not isinstance(tasks, list):
+                delay = backoff.next()
+                self.logger.error(
+                    "poll answered %s, not {\"tasks\": [...]}; retrying in %s",
+                    _snippet(res),
+                    format_seconds(delay),
+                )
+                self._pause(delay)
+                continue
+            backoff.reset()
+            if len(tasks) > max_tasks:
+                self.logger.warning("poll answered %d tasks for max_tasks=%d", len(tasks), max_tasks)
+            for task in tasks:
+                self._accept(task)
+
+    def _accept(self, task: Any) -> None:
+        """Takes a slot for a polled attempt and queues it for a task thread."""
+        if not isinstance(task, dict) or not isinstance(task.get("token"), str) or not task["token"]:
+            self.logger.error("the runtime handed out a task without a token; ignoring it: %s", _snippet(task))
+            return
+        with self._lock:
+            if task["token"] in self._inflight:
+                self.logger.debug("task %s handed out again while it runs here; ignoring", task["token"])
+                return
+            self._inflight[task["token"]] = _Inflight(task=task)
+            self._running += 1
+        self._queue.put(task)
+
+    # ---- running tasks --------------------------------------------------------------------
+
+    def _task_loop(self) -> None:
+        while True:
+            task = self._queue.get()
+            if task is None:
+                return
+            try:
+                self._run_chain(task)
+            except Exception:  # a bug here must not kill the thread
+                self.logger.exception("internal error running %s", task.get("token"))
+
+    def _run_chain(self, task: Dict[str, Any]) -> None:
+        """Runs an attempt and reports it; when the report hands out the next attempt, runs
+        that one in the same slot."""
+        current: Optional[Dict[str, Any]] = task
+        try:
+            while current is not None:
+                token = current["token"]
+                outcome = self._execute(current)
+                with self._lock:
+                    entry = self._inflight.get(token)
+                    if entry is not None:
+                        entry.handler_done = True
+                take = not self._stopping.is_set()
+                following = self._deliver(current, outcome, take)
+                with self._lock:
+                    self._inflight.pop(token, None)
+                    current = None
+                    for t in following:
+                        ok = isinstance(t, dict) and isinstance(t.get("token"), str) and t["token"]
+                        if not ok:
+                            self.logger.error(
+                                "the runtime handed out a task without a token; ignoring it: %s",
+                                _snippet(t),
+                            )
+                        elif t["token"] in self._inflight:
+                            pass
+                        elif current is None:
+                            current = t
+                            self._inflight[t["token"]] = _Inflight(task=t)
+                        else:  # more than asked for: each takes a slot of its own
+                            self._inflight[t["token"]] = _Inflight(task=t)
+                            self._running += 1
+                            self._queue.put(t)
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._lock.notify_all()
+
+    def _execute(self, task: Dict[str, Any]) -> _Outcome:
+        name, contract = str(task.get("task")), str(task.get("contract"))
+        self.logger.info(
+            "executing %s",
+            json.dumps(
+                {
+                    "execution_id": task.get("execution_id"),
+                    "step": task.get("step"),
+                    "attempt": task.get("attempt"),
+                    "task": name,
+                    "redelivery": bool(task.get("redelivery")),
+                }
+            ),
+        )
+        definition = self._tasks.get((name, contract))
+        if definition is None:
+            self.logger.error(
+                "the runtime handed out task %s contract %s, which this worker does not serve",
+                name,
+                contract,
+            )
+            return _fail(
+                "UNKNOWN_TASK",
+                f"worker {self.worker_id} does not serve task {name} contract {contract}",
+                True,
+                {},
+            )
+        try:
+            value = from_json(definition.input_type, task.get("input"), f"input for {name}")
+        except OrbitValidationError as err:
+            return _fail("INVALID_INPUT", str(err), False, {"issues": err.issues})
+        ctx = TaskContext(self, task)
+        with self._lock:
+            entry = self._inflight.get(ctx.token)
+            if entry is not None:
+                entry.ctx = ctx
+        if ctx.deadline_ms is not None and ctx.deadline_ms <= time.time() * 1000:
+            ctx._cancel("deadline")
+        try:
+            raw = definition.handler(value, ctx) if definition.takes_context else definition.handler(value)
+        except TaskError as err:
+            details = err.details if err.details is not None else {}
+            return _fail(err.code, err.message, err.retryable, details)
+        except BaseException as err:  # noqa: BLE001 - any failure of the handler is the task's
+            if ctx.cancel_reason == "cancel":
+                return _fail("CANCELLED", f"task cancelled by the ORBIT runtime: {err}", True, {})
+            if ctx.cancel_reason == "deadline":
+                return _fail("DEADLINE_EXCEEDED", f"the attempt's deadline passed: {err}", True, {})
+            tb = traceback.format_exception(type(err), err, err.__traceback__)
+            return _fail(
+                type(err).__name__,
+                str(err) or type(err).__name__,
+                True,
+                {"type": type(err).__name__, "traceback": "".join(tb[-12:])},
+            )
+        try:
+            output = to_json(definition.output_type, raw, f"output of {name}")
+            json.dumps(output)
+        except OrbitValidationError as err:
+            return _fail("INVALID_OUTPUT", str(err), False, {"issues": err.issues})
+        except (TypeError, ValueError) as err:
+            return _fail("INVALID_OUTPUT", f"output of {name} is not JSON: {err}", False, {})
+        return _Outcome("complete", output=output)
+
+    def _deliver(self, task: Dict[str, Any], outcome: _Outcome, take: bool) -> List[Any]:
+        """Reports a result until it is delivered or the worker gives up on it; with ``take``
+        the first request asks for one next attempt. Answers the attempts the answer carried."""
+        backoff = self._new_backoff()
+        token = task["token"]
+        while True:
+            path = "/v1/tasks/complete" if outcome.kind == "complete" else "/v1/tasks/fail"
+            body: Dict[str, Any] = {"token": token}
+            if outcome.kind == "complete":
+                body["output"] = outcome.output
+            else:
+                body["error"] = outcome.error
+            session = self._session
+            asked = bool(take and session and not self._stopping.is_set())
+            if asked:
+                body["session_id"] = session
+                body["max_tasks"] = 1
+            try:
+                res = self._transport.post(path, body, timeout=self.request_timeout_s)
+            except OrbitError as err:
+                take = False  # retries do not ask for more work
+                if self._abandon.is_set():
+                    self.logger.warning("giving up reporting the result of %s (worker stopped)", token)
+                    return []
+                if is_retryable(err):
+                    delay = backoff.next()
+                    self.logger.warning(
+                        "report result failed: %s; retrying in %s",
+                        self._describe(err),
+                        format_seconds(delay),
+                    )
+                    if self._abandon.wait(delay):
+                        self.logger.warning("giving up reporting the result of %s (worker stopped)", token)
+                        return []
+                    continue
+                if (
+                    outcome.kind == "complete"
+                    and isinstance(err, OrbitApiError)
+                    and err.status in (413, 422)
+                ):
+                    self.logger.error(
+                        "the runtime refused the output of %s: %s; reporting a failure instead",
+                        token,
+                        self._describe(err),
+                    )
+                    outcome = _fail(
+                        "OUTPUT_REJECTED",
+                        f"the runtime refused the output: {err.code}: {err.message}",
+                        False,
+                        {},
+                    )
+                    continue
+                self.logger.error(
+                    "report result failed: %s; dropping the result of %s", self._describe(err), token
+                )
+                return []
+            if isinstance(res, dict) and res.get("accepted") is False:
+                self.logger.debug("result not accepted (the step already has one) token=%s", token)
+            elif outcome.kind == "fail":
+                self.logger.info(
+                    "task failed %s",
+                    json.dumps(
+                        {
+                            "execution_id": task.get("execution_id"),
+                            "step": task.get("step"),
+                            "attempt": task.get("attempt"),
+                            "code": outcome.error.get("code"),
+                        }
+                    ),
+                )
+            following = res.get("tasks") if asked and isinstance(res, dict) else None
+            return following if isinstance(following, list) else []
+
+    # ---- heartbeats -----------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        backoff = self._new_backoff()
+        delay = self.heartbeat_s
+        while not self._hb_stop.wait(delay):
+            delay = self.heartbeat_s
+            err = self._heartbeat_once()
+            if err is not None:
+                delay = backoff.next()
+                level = logging.WARNING if is_retryable(err) else logging.ERROR
+                self.logger.log(
+                    level,
+                    "heartbeat failed: %s; retrying in %s",
+                    self._describe(err),
+                    format_seconds(delay),
+                )
+            else:
+                backoff.reset()
+
+    def _heartbeat_once(self) -> Optional[BaseException]:
+        """One heartbeat of the session with every running attempt; applies the cancellations
+        it answers and the deadlines that passed. Answers the error of a failed one."""
+        with self._hb_lock:
+            now_ms = time.time() * 1000
+            with self._lock:
+                session = self._session
+                tokens = list(self._inflight)
+                for entry in self._inflight.values():
+                    ctx = entry.ctx
+                    if ctx is not None and ctx.deadline_ms is not None and ctx.deadline_ms <= now_ms:
+                        if not entry.handler_done and not ctx.cancelled.is_set():
+                            self.logger.info("deadline passed token=%s step=%s", ctx.token, ctx.step)
+                            ctx._cancel("deadline")
+            if not session:
+                return None  # the poller registers again
+            try:
+                res = self._transport.post(
+                    "/v1/workers/heartbeat",
+                    {"session_id": session, "tokens": tokens},
+                    timeout=self.request_timeout_s,
+                )
+            except OrbitError as err:
+                if is_unknown_session(err):
+                    self._forget_session(session, "heartbeat")
+                    return None
+                return err
+            cancel = res.get("cancel") if isinstance(res, dict) else None
+            for token in cancel if isinstance(cancel, list) else []:
+                with self._lock:
+                    entry = self._inflight.get(token) if isinstance(token, str) else None
+                if entry is None or entry.handler_done:
+                    continue
+                self.logger.info(
+                    "task cancelled by the runtime token=%s step=%s", token, entry.task.get("step")
+                )
+                if entry.ctx is not None:
+                    entry.ctx._cancel("cancel")
+            return None
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _describe(self, err: BaseException) -> str:
+        if isinstance(err, OrbitConnectionError):
+            return str(err)
+        if isinstance(err, OrbitApiError):
+            return f"ORBIT runtime at {self.server} answered {err.status} {err.code}: {err.message}"
+        return f"{type(err).__name__}: {err}"
+
+
+def _fail(code: str, message: str, retryable: bool, details: Any) -> _Outcome:
+    return _Outcome(
+        "fail", error={"code": code, "message": message, "retryable": retryable, "details": details}
+    )
+
+
+def _deadline_of(value: Any) -> Optional[float]:
+    """``deadline_ms`` is epoch milliseconds; small values are read as a duration from now."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return float(value) if value > 1e11 else time.time() * 1000 + float(value)
+
+
+def _snippet(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "…"

@@ -1,0 +1,410 @@
+"""The worker against a fake runtime: the protocol, results exactly once, and survival of a
+runtime that answers garbage, closes connections, hands out unknown tasks or forgets sessions."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+import unittest
+from dataclasses import dataclass
+from typing import List
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fake_server import FakeOrbit  # noqa: E402
+
+from orbit_sdk import OrbitApiError, TaskContext, TaskError, Worker  # noqa: E402
+from orbit_sdk._http import Backoff  # noqa: E402
+
+
+def fast_backoff() -> Backoff:
+    return Backoff(initial_s=0.02, max_s=0.1)
+
+
+@dataclass
+class Item:
+    sku: str
+    qty: int
+
+
+@dataclass
+class Order:
+    order_id: str
+    items: List[Item]
+
+
+@dataclass
+class Total:
+    order_id: str
+    count: int
+
+
+class WorkerTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.fake = FakeOrbit()
+        self.workers: List[Worker] = []
+
+    def tearDown(self) -> None:
+        for w in self.workers:
+            w.shutdown(grace_s=1)
+        self.fake.close()
+
+    def worker(self, **kwargs) -> Worker:
+        options = dict(concurrency=2, poll_wait_s=1, heartbeat_s=0.05, backoff=fast_backoff)
+        options.update(kwargs)
+        w = Worker(self.fake.url, "w-test", **options)
+        self.workers.append(w)
+        return w
+
+    def test_registers_polls_with_free_slots_and_completes(self) -> None:
+        w = self.worker(concurrency=3)
+
+        @w.task("orders.total", contract="1")
+        def total(order: Order, ctx: TaskContext) -> Total:
+            return Total(order_id=order.order_id, count=sum(i.qty for i in order.items))
+
+        w.start()
+        reg = self.fake.of("/v1/workers/register")[0].body
+        self.assertEqual(reg["worker_id"], "w-test")
+        self.assertEqual(reg["runtime"], "python")
+        self.assertEqual(reg["concurrency"], 3)
+        self.assertEqual(reg["tasks"], [{"name": "orders.total", "contract": "1"}])
+        self.fake.wait_for("a poll", lambda: self.fake.of("/v1/workers/poll"))
+        self.assertEqual(self.fake.of("/v1/workers/poll")[0].body["max_tasks"], 3)
+
+        task = self.fake.add_task(
+            task="orders.total", input={"order_id": "o-1", "items": [{"sku": "a", "qty": 2}]}
+        )
+        done = self.fake.wait_for("the result", lambda: self.fake.results())
+        self.assertEqual(done[0].path, "/v1/tasks/complete")
+        self.assertEqual(done[0].body["token"], task["token"])
+        self.assertEqual(done[0].body["output"], {"order_id": "o-1", "count": 2})
+        # The report asks for the next attempt in the same request (eager dispatch).
+        self.assertEqual(done[0].body["max_tasks"], 1)
+        self.assertEqual(done[0].body["session_id"], w.session_id)
+
+    def test_a_task_that_raises_is_one_fail(self) -> None:
+        w = self.worker()
+
+        @w.task("boom", contract="1")
+        def boom(_inp, _ctx):
+            raise ZeroDivisionError("division by zero")
+
+        w.start()
+        task = self.fake.add_task(task="boom")
+        self.fake.wait_for("the fail", lambda: self.fake.results())
+        # Later attempts run too, and the first one is never reported again.
+        self.fake.add_task(task="boom")
+        self.fake.wait_for("the second fail", lambda: len(self.fake.results()) >= 2)
+        time.sleep(0.2)
+        results = self.fake.results()
+        mine = [r for r in results if r.body["token"] == task["token"]]
+        self.assertEqual(len(mine), 1, results)
+        self.assertEqual(mine[0].path, "/v1/tasks/fail")
+        err = mine[0].body["error"]
+        self.assertEqual(err["code"], "ZeroDivisionError")
+        self.assertEqual(err["message"], "division by zero")
+        self.assertIs(err["retryable"], True)
+        self.assertIn("ZeroDivisionError", err["details"]["traceback"])
+
+    def test_task_error_carries_code_retryable_and_details(self) -> None:
+        w = self.worker()
+
+        @w.task("pay", contract="2")
+        def pay(_inp: dict, _ctx) -> dict:
+            raise TaskError("CARD_DECLINED", "declined", retryable=False, details={"bank": "x"})
+
+        w.start()
+        self.fake.add_task(task="pay", contract="2")
+        fail = self.fake.wait_for("the fail", lambda: self.fake.of("/v1/tasks/fail"))[0]
+        self.assertEqual(
+            fail.body["error"],
+            {"code": "CARD_DECLINED", "message": "declined", "retryable": False, "details": {"bank": "x"}},
+        )
+
+    def test_input_that_does_not_fit_the_contract_is_invalid_input(self) -> None:
+        w = self.worker()
+        ran = []
+
+        @w.task("orders.total", contract="1")
+        def total(order: Order) -> Total:
+            ran.append(order)
+            return Total(order.order_id, 0)
+
+        w.start()
+        self.fake.add_task(task="orders.total", input={"order_id": 7, "items": [{"sku": "a", "qty": "2"}]})
+        fail = self.fake.wait_for("the fail", lambda: self.fake.of("/v1/tasks/fail"))[0]
+        err = fail.body["error"]
+        self.assertEqual(err["code"], "INVALID_INPUT")
+        self.assertIs(err["retryable"], False)
+        paths = [i["path"] for i in err["details"]["issues"]]
+        self.assertEqual(paths, ["$.order_id", "$.items[0].qty"])
+        self.assertEqual(ran, [])
+
+    def test_output_that_does_not_fit_is_invalid_output(self) -> None:
+        w = self.worker()
+
+        @w.task("t", contract="1")
+        def bad(_inp) -> Total:
+            return {"order_id": "x"}  # type: ignore[return-value]
+
+        w.start()
+        self.fake.add_task(task="t")
+        fail = self.fake.wait_for("the fail", lambda: self.fake.of("/v1/tasks/fail"))[0]
+        self.assertEqual(fail.body["error"]["code"], "INVALID_OUTPUT")
+
+    def test_unknown_task_is_failed_and_the_worker_goes_on(self) -> None:
+        w = self.worker()
+
+        @w.task("known", contract="1")
+        def known(_inp, _ctx):
+            return {"ok": True}
+
+        with self.assertLogs("orbit", level="ERROR") as logs:
+            w.start()
+            unknown = self.fake.add_task(task="nobody.serves", contract="9")
+            self.fake.wait_for("the fail", lambda: self.fake.of("/v1/tasks/fail"))
+        fail = self.fake.of("/v1/tasks/fail")[0]
+        self.assertEqual(fail.body["token"], unknown["token"])
+        self.assertEqual(fail.body["error"]["code"], "UNKNOWN_TASK")
+        self.assertTrue(any("does not serve" in line for line in logs.output), logs.output)
+        self.fake.add_task(task="known")
+        self.fake.wait_for("a completion", lambda: self.fake.of("/v1/tasks/complete"))
+
+    def test_garbage_answers_are_logged_and_survived(self) -> None:
+        w = self.worker()
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return {"ok": 1}
+
+        self.fake.script(
+            "/v1/workers/poll",
+            ("raw", 200, b"<html>not json</html>"),
+            ("json", 200, {"no": "tasks"}),
+            ("json", 200, [1, 2, 3]),
+            ("json", 200, {"tasks": [42, {"no": "token"}, None]}),
+            ("raw", 502, b"Bad Gateway"),
+        )
+        with self.assertLogs("orbit", level="WARNING") as logs:
+            w.start()
+            self.fake.wait_for("the garbage to be served", lambda: len(self.fake.of("/v1/workers/poll")) >= 6)
+            self.fake.add_task(task="t")
+            self.fake.wait_for("a completion", lambda: self.fake.of("/v1/tasks/complete"))
+        text = "\n".join(logs.output)
+        self.assertIn("not JSON", text)
+        self.assertIn("task without a token", text)
+        self.assertIn("answered 502 HTTP_502", text)
+        self.assertEqual(self.fake.of("/v1/tasks/fail"), [])
+        self.assertEqual(w.state, "running")
+
+    def test_connections_closed_before_or_mid_response_are_retried(self) -> None:
+        w = self.worker()
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return {"ok": 1}
+
+        self.fake.script("/v1/workers/poll", ("close",), ("partial",))
+        self.fake.script("/v1/tasks/complete", ("close",), ("partial",))
+        with self.assertLogs("orbit", level="WARNING") as logs:
+            w.start()
+            task = self.fake.add_task(task="t")
+            self.fake.wait_for(
+                "the result after two broken reports",
+                lambda: len(self.fake.of("/v1/tasks/complete")) >= 3,
+            )
+        text = "\n".join(logs.output)
+        self.assertRegex(
+            text,
+            r"WARNING:orbit:poll failed: cannot reach ORBIT runtime at http://127\.0\.0\.1:\d+: "
+            r"Remote end closed connection without response; retrying in \d(\.\d)?s",
+        )
+        self.assertIn("connection closed mid-response", text)
+        self.assertIn("report result failed", text)
+        reports = self.fake.of("/v1/tasks/complete")
+        self.assertEqual({r.body["token"] for r in reports}, {task["token"]})
+        self.assertEqual(len(reports), 3)
+        time.sleep(0.2)
+        self.assertEqual(len(self.fake.of("/v1/tasks/complete")), 3)
+
+    def test_every_5xx_including_not_leader_is_retried(self) -> None:
+        w = self.worker()
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return {"ok": 1}
+
+        not_leader = (
+            "json",
+            503,
+            {"error": {"code": "NOT_LEADER", "message": "standby", "leader_addr": "http://x"}},
+        )
+        self.fake.script("/v1/workers/register", not_leader, ("json", 500, {"error": {"code": "STORAGE_ERROR", "message": "db"}}))
+        self.fake.script("/v1/tasks/complete", not_leader)
+        with self.assertLogs("orbit", level="WARNING") as logs:
+            w.start()
+            self.fake.add_task(task="t")
+            self.fake.wait_for("the result", lambda: len(self.fake.of("/v1/tasks/complete")) >= 2)
+        self.assertEqual(len(self.fake.of("/v1/workers/register")), 3)
+        text = "\n".join(logs.output)
+        self.assertIn("register failed: ORBIT runtime at", text)
+        self.assertIn("answered 503 NOT_LEADER", text)
+        self.assertIn("report result failed", text)
+
+    def test_a_refused_registration_raises(self) -> None:
+        w = self.worker()
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return None
+
+        self.fake.script(
+            "/v1/workers/register",
+            ("json", 403, {"error": {"code": "TASK_NOT_ALLOWED", "message": "no", "tasks": []}}),
+        )
+        with self.assertRaises(OrbitApiError) as caught:
+            w.start()
+        self.assertEqual(caught.exception.code, "TASK_NOT_ALLOWED")
+        self.assertEqual(caught.exception.status, 403)
+        self.assertEqual(w.state, "stopped")
+
+    def test_unknown_session_registers_again(self) -> None:
+        w = self.worker()
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return {"ok": 1}
+
+        with self.assertLogs("orbit", level="INFO") as logs:
+            w.start()
+            first = w.session_id
+            self.fake.sessions.clear()  # the runtime restarted
+            self.fake.wait_for("a new registration", lambda: len(self.fake.of("/v1/workers/register")) >= 2)
+            self.fake.add_task(task="t")
+            self.fake.wait_for("a completion", lambda: self.fake.of("/v1/tasks/complete"))
+        self.assertNotEqual(w.session_id, first)
+        self.assertIn("UNKNOWN_SESSION", "\n".join(logs.output))
+        self.assertIn("worker registered worker_id=w-test runtime=python tasks=1", "\n".join(logs.output))
+
+    def test_cancellation_reaches_the_task(self) -> None:
+        w = self.worker()
+        started = threading.Event()
+        seen = []
+
+        @w.task("long", contract="1")
+        def long(_inp, ctx: TaskContext):
+            started.set()
+            cancelled = ctx.sleep(10)
+            seen.append((cancelled, ctx.cancel_reason))
+            raise RuntimeError("stopped early")
+
+        w.start()
+        task = self.fake.add_task(task="long")
+        self.assertTrue(started.wait(5))
+        beats = self.fake.wait_for(
+            "a heartbeat naming the token",
+            lambda: [r for r in self.fake.of("/v1/workers/heartbeat") if task["token"] in r.body["tokens"]],
+        )
+        self.assertTrue(beats)
+        self.fake.cancel.append(task["token"])
+        fail = self.fake.wait_for("the fail", lambda: self.fake.of("/v1/tasks/fail"))[0]
+        self.assertEqual(seen, [(True, "cancel")])
+        self.assertEqual(fail.body["error"]["code"], "CANCELLED")
+
+    def test_context_heartbeat_answers_cancellation(self) -> None:
+        w = self.worker(heartbeat_s=60)
+        answers = []
+
+        @w.task("long", contract="1")
+        def long(_inp, ctx: TaskContext):
+            answers.append(ctx.heartbeat())
+            self.fake.cancel.append(ctx.token)
+            answers.append(ctx.heartbeat())
+            return {"done": True}
+
+        w.start()
+        self.fake.add_task(task="long")
+        self.fake.wait_for("the result", lambda: self.fake.results())
+        self.assertEqual(answers, [False, True])
+
+    def test_concurrency_bounds_running_tasks(self) -> None:
+        w = self.worker(concurrency=2)
+        lock = threading.Lock()
+        running = [0, 0]  # now, peak
+        release = threading.Event()
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            with lock:
+                running[0] += 1
+                running[1] = max(running[1], running[0])
+            release.wait(5)
+            with lock:
+                running[0] -= 1
+            return {}
+
+        w.start()
+        for _ in range(5):
+            self.fake.add_task(task="t")
+        self.fake.wait_for("two running", lambda: running[0] == 2)
+        time.sleep(0.2)
+        self.assertEqual(running[1], 2)
+        release.set()
+        self.fake.wait_for("five results", lambda: len(self.fake.results()) == 5)
+        for poll in self.fake.of("/v1/workers/poll"):
+            self.assertLessEqual(poll.body["max_tasks"], 2)
+            self.assertGreaterEqual(poll.body["max_tasks"], 1)
+
+    def test_graceful_stop_finishes_and_reports_running_tasks(self) -> None:
+        w = self.worker()
+        started = threading.Event()
+
+        @w.task("slow", contract="1")
+        def slow(_inp, ctx: TaskContext):
+            started.set()
+            time.sleep(0.3)
+            return {"finished": not ctx.cancelled.is_set()}
+
+        w.start()
+        task = self.fake.add_task(task="slow")
+        self.assertTrue(started.wait(5))
+        w.stop(grace_s=10)
+        polls = len(self.fake.of("/v1/workers/poll"))
+        self.assertTrue(w.wait(10))
+        done = self.fake.of("/v1/tasks/complete")
+        self.assertEqual([(r.body["token"], r.body["output"]) for r in done], [(task["token"], {"finished": True})])
+        self.assertNotIn("session_id", done[0].body)  # stopping: no new work asked for
+        self.assertEqual(len(self.fake.of("/v1/workers/unregister")), 1)
+        self.assertLessEqual(len(self.fake.of("/v1/workers/poll")), polls + 1)
+        self.assertEqual(w.state, "stopped")
+
+    def test_grace_period_abandons_a_task_that_does_not_finish(self) -> None:
+        w = self.worker()
+        started = threading.Event()
+        reasons = []
+
+        @w.task("stuck", contract="1")
+        def stuck(_inp, ctx: TaskContext):
+            started.set()
+            ctx.cancelled.wait(10)
+            reasons.append(ctx.cancel_reason)
+            return {}
+
+        w.start()
+        self.fake.add_task(task="stuck")
+        self.assertTrue(started.wait(5))
+        began = time.monotonic()
+        w.shutdown(grace_s=0.3)
+        self.assertLess(time.monotonic() - began, 3)
+        self.assertEqual(reasons, ["shutdown"])
+        self.assertEqual(len(self.fake.of("/v1/workers/unregister")), 1)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.DEBUG)
+    unittest.main()
