@@ -11,7 +11,7 @@
  */
 import assert from "node:assert/strict";
 import { chromium, type Page } from "playwright-core";
-import { api, startServer, tempDir, waitFor } from "./support/server.ts";
+import { api, type ServerProcess, startServer, tempDir, waitFor } from "./support/server.ts";
 import { ORDER_WORKFLOW, orderInput, startOrderWorker } from "./support/orders.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
@@ -97,10 +97,11 @@ Deno.test({
     const dir = await tempDir();
     const server = await startServer({
       db: `${dir}/orbit.db`,
-      args: ["--token", TOKEN, "--session-timeout", "5"],
+      args: ["--token", TOKEN, "--session-timeout", "120"],
     });
     const worker = startOrderWorker(server.url, { ORBIT_TOKEN: TOKEN, ORDER_TRACE: "0" });
     const c = api(server.url, TOKEN);
+    const servers: ServerProcess[] = [];
     let context: Awaited<ReturnType<typeof chromium.launchPersistentContext>> | null = null;
     try {
       for (const doc of [ORDER_WORKFLOW, FULFILMENT, APPROVAL]) {
@@ -307,11 +308,24 @@ Deno.test({
       assert.equal(bg, "rgb(13, 17, 23)");
       await shot(page, "console-execution-dark");
 
+      // A dropped connection: the page says so and retries; the restarted server answers.
+      await page.emulateMedia({ colorScheme: "light" });
+      await page.goto(`${server.url}/executions/stuck-1`);
+      await pendingBox.getByText("no worker serves task warehouse.pick").waitFor();
+      const addr = server.url.replace(/^http:\/\//, "");
+      await server.kill("SIGKILL");
+      await page.getByText("Connection lost, retrying…").waitFor();
+      servers.push(
+        await startServer({ db: `${dir}/orbit.db`, addr, args: ["--token", TOKEN] }),
+      );
+      await page.getByText("Connection lost, retrying…").waitFor({ state: "detached" });
+      await pendingBox.getByText("no worker serves task warehouse.pick").waitFor();
+
       assert.deepEqual(pageErrors, []);
     } finally {
       await context?.close();
       await worker.kill("SIGKILL");
-      await server.kill("SIGKILL");
+      for (const s of [server, ...servers]) await s.kill("SIGKILL");
       await Deno.remove(dir, { recursive: true });
     }
   },

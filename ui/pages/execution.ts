@@ -118,8 +118,12 @@ export function ExecutionPage({ id }: { id: string }) {
         <section aria-labelledby="actions-h">
           <h2 id="actions-h">Actions</h2>
           <div class="actions">
-            <${SignalForm} id=${x.execution_id} signals=${Object.keys(doc?.signals ?? {})}
-              done=${data.reload} />
+            ${doc && !doc.signals
+              ? html`<span class="muted">${doc.ir} declares no signals.</span>`
+              : html`
+                <${SignalForm} id=${x.execution_id} signals=${Object.keys(doc?.signals ?? {})}
+                  done=${data.reload} />
+              `}
             <${ActionButton} label="Cancel execution" className="danger"
               confirm=${`Cancel execution ${x.execution_id}? Its compensations run.`}
               run=${async () => {

@@ -147,7 +147,8 @@ export function Timeline(
           const redeliveries = r.attempts.reduce((n, a) => n + a.redeliveries, 0);
           return html`
             <tr class=${r.compensation ? "comp" : ""}>
-              <th scope="row"><span class="step">${r.step}</span>
+              <th scope="row" class=${r.lane === "main" ? "" : "nested"}><span class="step">${r
+                .step}</span>
                           ${r.compensation
                             ? html`
                               <span class="tag">compensation</span>
