@@ -89,23 +89,24 @@ function fromJson(text: string | null): unknown {
   return text === null ? null : JSON.parse(text);
 }
 
-function executionParams(row: ExecutionRow): Params {
-  return {
-    execution_id: row.execution_id,
-    run_id: row.run_id,
-    root_id: row.root_id,
-    parent_id: row.parent_id ?? null,
-    workflow: row.workflow,
-    version: row.version,
-    status: row.status,
-    input: toJson(row.input),
-    output: toJson(row.output),
-    error: toJson(row.error),
-    created_ms: row.created_ms,
-    closed_ms: row.closed_ms ?? null,
-    updated_ms: row.updated_ms,
-    last_seq: row.last_seq,
-  };
+/** The numbered parameters of INSERT_EXECUTION and UPSERT_EXECUTION (EXECUTION_COLUMNS order). */
+function executionParams(row: ExecutionRow): SqlValue[] {
+  return [
+    row.execution_id,
+    row.run_id,
+    row.root_id,
+    row.parent_id ?? null,
+    row.workflow,
+    row.version,
+    row.status,
+    toJson(row.input),
+    toJson(row.output),
+    toJson(row.error),
+    row.created_ms,
+    row.closed_ms ?? null,
+    row.updated_ms,
+    row.last_seq,
+  ];
 }
 
 function toExecutionRow(r: WorkflowExecutionsRecord): ExecutionRow {
@@ -257,20 +258,14 @@ class SqliteStore implements Store {
         for (const item of items) {
           const params = executionParams(item.row);
           if (item.create) {
-            const { changes } = this.#stmt(q.INSERT_EXECUTION).run(params);
+            const { changes } = this.#stmt(q.INSERT_EXECUTION).run(...params);
             if (Number(changes) !== 1) throw new DuplicateExecutionError(item.row.execution_id);
           } else {
-            this.#stmt(q.UPSERT_EXECUTION).run(params);
+            this.#stmt(q.UPSERT_EXECUTION).run(...params);
           }
+          const { run_id, execution_id } = item.row;
           for (const ev of item.events) {
-            insertEvent.run({
-              run_id: item.row.run_id,
-              seq: ev.seq,
-              execution_id: item.row.execution_id,
-              type: ev.type,
-              time_ms: ev.time_ms,
-              data: JSON.stringify(ev),
-            });
+            insertEvent.run(run_id, ev.seq, execution_id, ev.type, ev.time_ms, JSON.stringify(ev));
           }
         }
       })

@@ -1,7 +1,9 @@
 /**
  * Every SQL statement the SQLite store runs, named and commented (River style: no SQL text in
- * `lib/`). Parameters are named (`$name`) and bound from objects with exactly those keys;
- * JSON columns are TEXT written with `JSON.stringify` and read with `JSON.parse`. Statements
+ * `lib/`). Parameters are named (`$name`) and bound from objects with exactly those keys, but
+ * for the three statements every commit runs many times (an event, an execution row): those
+ * take numbered parameters (`?1`…) bound from an argument list, which node:sqlite binds in
+ * about half the time of a named object. JSON columns are TEXT written with `JSON.stringify` and read with `JSON.parse`. Statements
  * take the clock as a parameter where they need one, so tests control time.
  */
 
@@ -70,11 +72,11 @@ ORDER BY created_ms, version`;
 
 /**
  * Appends one event; the primary key (run_id, seq) refuses a second writer of the same seq.
- * Params: $run_id, $seq, $execution_id, $type, $time_ms, $data.
+ * Params (numbered): run_id, seq, execution_id, type, time_ms, data.
  */
 export const INSERT_EVENT = `
 INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data)
-VALUES ($run_id, $seq, $execution_id, $type, $time_ms, $data)`;
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)`;
 
 /** One page of a run's history. Params: $run_id, $after_seq, $limit. */
 export const READ_HISTORY = `
@@ -91,12 +93,13 @@ SELECT data FROM execution_events WHERE run_id = $run_id ORDER BY seq`;
 const EXECUTION_COLUMNS = `execution_id, run_id, root_id, parent_id, workflow, version, status,
   input, output, error, created_ms, closed_ms, updated_ms, last_seq`;
 
-const EXECUTION_VALUES = `$execution_id, $run_id, $root_id, $parent_id, $workflow, $version,
-  $status, $input, $output, $error, $created_ms, $closed_ms, $updated_ms, $last_seq`;
+/** Numbered parameters of every column, in EXECUTION_COLUMNS order. */
+const EXECUTION_VALUES = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14";
 
 /**
  * Inserts a new execution; `changes` is 0 when the id exists, which the store turns into
- * DuplicateExecutionError (and rolls the whole commit back). Params: every column.
+ * DuplicateExecutionError (and rolls the whole commit back). Params (numbered): every column,
+ * in EXECUTION_COLUMNS order.
  */
 export const INSERT_EXECUTION = `
 INSERT INTO workflow_executions (${EXECUTION_COLUMNS}) VALUES (${EXECUTION_VALUES})
@@ -104,7 +107,8 @@ ON CONFLICT (execution_id) DO NOTHING`;
 
 /**
  * Writes an execution's row after an append. `created_ms` is kept from the insert: it is the
- * listing order, and must not move under a client that is paging. Params: every column.
+ * listing order, and must not move under a client that is paging. Params (numbered): every
+ * column, in EXECUTION_COLUMNS order.
  */
 export const UPSERT_EXECUTION = `
 INSERT INTO workflow_executions (${EXECUTION_COLUMNS}) VALUES (${EXECUTION_VALUES})
