@@ -163,4 +163,13 @@ ALTER TABLE orbit_schedules ADD COLUMN buffered_ms INTEGER;
 ALTER TABLE orbit_schedules ADD COLUMN last_fired_ms INTEGER;
 `,
   },
+  {
+    version: 3,
+    name: "no index on execution_events.execution_id",
+    sql: `
+-- No query reads events by execution_id (histories are read by run_id, the primary key's
+-- first column); the index cost one more B-tree insert, and more WAL pages, per event.
+DROP INDEX IF EXISTS execution_events_execution_idx;
+`,
+  },
 ];
