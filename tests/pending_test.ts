@@ -202,6 +202,9 @@ Deno.test("pending: a queued task names the missing worker, then free slots, bus
     const done = await c.get("/v1/executions/p2/pending");
     assert.equal(done.body.status, "cancelled");
     assert.deepEqual(done.body.pending, []);
+    const doneCli = await orbit(s.url, ["executions", "pending", "p2"]);
+    assert.equal(doneCli.code, 0);
+    assert.equal(doneCli.stdout.trim(), "execution p2 is cancelled: nothing pending");
     const unknown = await c.get("/v1/executions/no-such/pending");
     assert.equal(unknown.status, 404);
     assert.equal(unknown.body.error.code, "UNKNOWN_EXECUTION");

@@ -171,6 +171,13 @@ function PendingList({ pending, now }: { pending: Pending; now: number }) {
               : null
           }
             <div>${p.message}</div>
+                ${
+            typeof p.child_execution_id === "string"
+              ? html`<div class="small">child: <a href=${`/executions/${
+                enc(p.child_execution_id)
+              }`}>${p.child_execution_id}</a></div>`
+              : null
+          }
             ${
             p.since_ms !== null
               ? html`<div class="muted small">since <${Time} ms=${p.since_ms} /> (${
