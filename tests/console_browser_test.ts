@@ -259,6 +259,9 @@ Deno.test({
       await schedRow.getByRole("button", { name: "Resume" }).click();
       await schedRow.getByRole("button", { name: "Pause" }).waitFor();
       assert.equal((await c.get("/v1/schedules/nightly-fulfilment")).body.paused, false);
+      await schedRow.getByRole("button", { name: "Trigger now" }).click();
+      await schedRow.getByRole("link", { name: /^nightly-fulfilment@/ }).waitFor();
+      assert.equal((await c.get("/v1/schedules/nightly-fulfilment")).body.fired, 1);
 
       // Workers: the markup id is text, and nothing ran.
       await page.getByRole("link", { name: "Workers" }).click();
@@ -278,11 +281,11 @@ Deno.test({
       assert.match(await page.locator(".graph").innerText(), /compensate: inventory\.release@1/);
       await shot(page, "console-workflow");
 
-      // Cluster and metrics.
+      // Cluster and metrics (five starts, and the schedule's trigger).
       await page.getByRole("link", { name: "Cluster" }).click();
       await page.locator("dd", { hasText: "single" }).waitFor();
       await page.locator(".card", { hasText: "Executions started" }).locator(".big", {
-        hasText: "5",
+        hasText: "6",
       }).waitFor();
       await shot(page, "console-cluster");
 
