@@ -164,6 +164,14 @@ export class Pending implements ExecutionObserver {
         if (item) items.push(item);
       }
       items.sort((a, b) => (a.since_ms ?? 0) - (b.since_ms ?? 0) || a.step.localeCompare(b.step));
+      if (!live) {
+        // Worker sessions and dispatches live on the server that runs the execution.
+        for (const item of items) {
+          if (item.kind === "task") {
+            item.message += " (as this server sees it; another server runs the execution)";
+          }
+        }
+      }
     }
     return {
       execution_id: state.execution_id,

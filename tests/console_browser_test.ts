@@ -167,7 +167,7 @@ Deno.test({
       const pageErrors: string[] = [];
       page.on("pageerror", (e) => pageErrors.push(e.message));
       page.on("dialog", (d) => d.accept());
-      page.setDefaultTimeout(15_000);
+      page.setDefaultTimeout(30_000);
 
       // Without a token the API answers 401: the console asks for one.
       await page.goto(`${server.url}/`);

@@ -4,10 +4,14 @@
  * worker, a worker with a free slot, all slots busy, an attempt held by a silent worker, the
  * same attempt after the session expired (naming the last worker), a retry backoff, a signal
  * wait with its timeout, a sleep, a running child, and a child start held back by
- * --max-active-executions. Waits are for conditions, never fixed sleeps.
+ * --max-active-executions; and, in process, an execution another runtime runs (replayed from
+ * history). Waits are for conditions, never fixed sleeps.
  */
 import assert from "node:assert/strict";
 import { api, MAIN, type ServerProcess, startServer, tempDir, waitFor } from "./support/server.ts";
+import { pendingOf } from "../lib/pending.ts";
+import { Runtime } from "../lib/runtime.ts";
+import { openSqliteStore } from "../lib/store/sqlite.ts";
 
 type Api = ReturnType<typeof api>;
 const TOKEN = "pending-test-token";
@@ -262,4 +266,31 @@ Deno.test("pending: a child whose start --max-active-executions holds back says 
     assert.equal(held.active_executions, 1);
     assert.match(held.message, /held back by --max-active-executions 1/);
   });
+});
+
+Deno.test("pending: an execution this server does not run is replayed from history and says so", async () => {
+  const dir = await tempDir();
+  const opts = { sessionTimeoutMs: 30_000, maxActiveExecutions: null };
+  const store = await openSqliteStore(`${dir}/orbit.db`);
+  await store.migrate();
+  const runner = new Runtime(store, opts);
+  const other = new Runtime(await openSqliteStore(`${dir}/orbit.db`), opts);
+  try {
+    await runner.definitions.deploy(wf("Far", [{ id: "work", task: "far.work", contract: "1" }]));
+    await runner.executions.start({ workflow: "Far", execution_id: "far-1" });
+    const here = await pendingOf(runner).of("far-1");
+    assert.equal(here.source, "memory");
+    assert.equal(here.pending[0]?.reason, "QUEUED_NO_WORKER");
+    // Another runtime on the same database never loaded it: it replays the history.
+    const there = await pendingOf(other).of("far-1");
+    assert.equal(there.source, "history");
+    assert.equal(there.status, "running");
+    assert.deepEqual(there.pending.map((p) => [p.step, p.reason]), [["work", "QUEUED_NO_WORKER"]]);
+    assert.match(there.pending[0]!.message, /another server runs the execution/);
+    await assert.rejects(() => pendingOf(other).of("nope"), /does not exist/);
+  } finally {
+    await runner.stop();
+    await other.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
