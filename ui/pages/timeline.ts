@@ -133,8 +133,8 @@ export function Timeline(
       <thead>
         <tr>
           <th>Step</th>
-          <th>Runs</th>
-          <th>Attempts</th>
+          <th>Task or kind</th>
+          <th>Attempts, time</th>
           <th class="bars-h">0 <span class="muted">→</span> ${duration(t1 - t0)}</th>
         </tr>
       </thead>
