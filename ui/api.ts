@@ -1,7 +1,7 @@
 /// <reference lib="dom" />
 /**
  * The console's one way to the API: the bearer token from sessionStorage, errors as the API's
- * `{"error":{"code","message"}}`, and a dropped connection retried with backoff.
+ * `{"error":{"code","message"}}`, and a read that got no answer retried with backoff.
  */
 
 const TOKEN_KEY = "orbit-token";
@@ -47,10 +47,10 @@ export async function api<T = unknown>(
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
       });
     } catch (e) {
-      // No answer: the server restarts, the network dropped. Reads and writes alike are
-      // retried (every write of the API is idempotent or refused the second time).
+      // No answer: the server restarts, the network dropped. Reads are retried; a write is
+      // not (a signal that reached the server would be recorded twice): its error is shown.
       connection.forEach((f) => f(true));
-      if (attempt >= RETRIES) {
+      if (attempt >= RETRIES || method !== "GET") {
         throw new ApiError(0, "NETWORK", `cannot reach the server: ${(e as Error).message}`);
       }
       await new Promise((res) => setTimeout(res, Math.min(4000, 250 * 2 ** attempt)));
