@@ -1,6 +1,6 @@
 /**
  * User-declared JSON Schemas (workflow `input_schema`, signal payloads), compiled once with
- * Ajv and cached by their canonical text.
+ * Ajv and cached by their canonical text (and by the schema object itself, see `byObject`).
  */
 import AjvModule from "ajv";
 
@@ -15,14 +15,25 @@ export interface SchemaProblem {
   message: string;
 }
 
+/**
+ * The compiled validator per schema object: a definition's schema is one object for as long as
+ * the definition is cached, so a start finds its validator without encoding the schema again.
+ */
+// deno-lint-ignore no-explicit-any
+const byObject = new WeakMap<object, any>();
+
 // deno-lint-ignore no-explicit-any
 export function compileSchema(schema: unknown): any {
+  const isObject = schema !== null && typeof schema === "object";
+  let v = isObject ? byObject.get(schema) : undefined;
+  if (v) return v;
   const key = JSON.stringify(schema);
-  let v = cache.get(key);
+  v = cache.get(key);
   if (!v) {
     v = ajv.compile(schema);
     cache.set(key, v);
   }
+  if (isObject) byObject.set(schema, v);
   return v;
 }
 

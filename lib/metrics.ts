@@ -4,12 +4,29 @@
  */
 type Labels = Record<string, string>;
 
+function labelPair(k: string, v: string): string {
+  return `${k}="${v.replace(/["\\\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`))}"`;
+}
+
+/** Keys of one-label sets (`{code: "2xx"}`, counted per request), by label and value. */
+const singleLabelKeys = new Map<string, Map<string, string>>();
+
 function labelKey(labels: Labels): string {
-  const keys = Object.keys(labels).sort();
-  return keys.map((k) =>
-    `${k}="${labels[k]!.replace(/["\\\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`))}"`
-  )
-    .join(",");
+  const keys = Object.keys(labels);
+  if (keys.length === 0) return "";
+  if (keys.length === 1) {
+    const k = keys[0]!;
+    const v = labels[k]!;
+    let byValue = singleLabelKeys.get(k);
+    if (!byValue) singleLabelKeys.set(k, byValue = new Map());
+    let key = byValue.get(v);
+    if (key === undefined) {
+      key = labelPair(k, v);
+      if (byValue.size < 1000) byValue.set(v, key);
+    }
+    return key;
+  }
+  return keys.sort().map((k) => labelPair(k, labels[k]!)).join(",");
 }
 
 class Counter {

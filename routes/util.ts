@@ -20,6 +20,44 @@ export const MAX_JSON_DEPTH = 256;
  * so the check itself cannot overflow. Refused the same way on every store.
  */
 export function unstorable(value: unknown): { path: string; message: string } | null {
+  return storable(value) ? null : firstUnstorable(value);
+}
+
+/**
+ * Whether `value` holds nothing `unstorable` refuses: the same checks, without building a path
+ * (or any object) per node, since almost every body passes. Iterative too.
+ */
+function storable(value: unknown): boolean {
+  const values: unknown[] = [value];
+  const depths: number[] = [0];
+  while (values.length > 0) {
+    const v = values.pop();
+    const depth = depths.pop()!;
+    if (typeof v === "string") {
+      if (v.includes("\u0000") || !v.isWellFormed()) return false;
+    } else if (v !== null && typeof v === "object") {
+      if (depth >= MAX_JSON_DEPTH) return false;
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          if (i in v) {
+            values.push(v[i]);
+            depths.push(depth + 1);
+          }
+        }
+      } else {
+        for (const k of Object.keys(v)) {
+          if (k.includes("\u0000") || !k.isWellFormed()) return false;
+          values.push((v as Record<string, unknown>)[k]);
+          depths.push(depth + 1);
+        }
+      }
+    }
+  }
+  return true;
+}
+
+/** The first problem in `value`, with its path (the walk `unstorable` reports from). */
+function firstUnstorable(value: unknown): { path: string; message: string } | null {
   type Item = { v: unknown; depth: number; parent: Item | null; key: string | number };
   const pathOf = (it: Item | null): string => {
     const parts: string[] = [];
