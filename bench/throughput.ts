@@ -5,6 +5,7 @@
  * on SQLite and on PostgreSQL (a cluster started by the test harness).
  *
  *   deno task bench [--orders 600] [--clients 64] [--workers 1] [--store sqlite|postgres|both]
+ *   deno task bench --python-workers 1 --ts-workers 1   (the reference page's worker shape)
  *
  * Prints orders per second, p50/p99 latency (start request to observed completion), the
  * server's peak resident memory (VmHWM), and what an order costs: CPU milliseconds per order
@@ -18,6 +19,7 @@ import { parseArgs } from "node:util";
 import { api, killOnExit, startServer, tempDir } from "../tests/support/server.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
 import { sharedPostgres, stopSharedPostgres } from "../tests/support/pg.ts";
+import { PYTHON_WORKFLOW, startPythonWorker } from "../sdk/python/testing/process.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -28,6 +30,10 @@ const { values } = parseArgs({
     concurrency: { type: "string", default: "8" },
     store: { type: "string", default: "both" },
     "server-args": { type: "string", default: "" },
+    // Python example workers beside the TypeScript ones (then --ts-workers counts those, and
+    // the workflow is the variant whose charge is pinned to Python).
+    "python-workers": { type: "string", default: "0" },
+    "ts-workers": { type: "string" },
   },
 });
 const ORDERS = Number(values.orders);
@@ -167,8 +173,9 @@ async function bench(store: "sqlite" | "postgres") {
     args: extra,
     ...(prof ? { denoArgs: ["--cpu-prof", `--cpu-prof-dir=${prof}`] } : {}),
   });
+  const pyCount = Number(values["python-workers"]);
   const workers = Array.from(
-    { length: Number(values.workers) },
+    { length: Number(values["ts-workers"] ?? values.workers) },
     (_, i) =>
       startProbeWorker(server.url, {
         ORDER_TRACE: "0",
@@ -176,9 +183,15 @@ async function bench(store: "sqlite" | "postgres") {
         ORDER_WORKER_ID: `bench-${i}`,
       }),
   );
+  const pythonWorkers = Array.from({ length: pyCount }, (_, i) =>
+    startPythonWorker(server.url, {
+      ORDER_TRACE: "0",
+      ORDER_CONCURRENCY: values.concurrency,
+      ORDER_WORKER_ID: `bench-py-${i}`,
+    }));
   try {
     const c = api(server.url);
-    await c.post("/v1/workflows", ORDER_WORKFLOW);
+    await c.post("/v1/workflows", pyCount > 0 ? PYTHON_WORKFLOW : ORDER_WORKFLOW);
     // Warm up: one order end to end, so the workers are registered and polling.
     await c.post("/v1/executions", {
       workflow: "OrderProcessing",
@@ -194,6 +207,7 @@ async function bench(store: "sqlite" | "postgres") {
       server: cpuSeconds(server.pid),
       main: cpuSeconds(server.pid, server.pid),
       workers: workers.map((w) => cpuSeconds(w.pid)),
+      python: pythonWorkers.map((w) => cpuSeconds(w.pid)),
     };
     const sampler = busySampler(server.pid);
     let next = 0;
@@ -220,7 +234,8 @@ async function bench(store: "sqlite" | "postgres") {
     const busy = sampler.stop();
     const serverCpu = cpuSeconds(server.pid) - cpu0.server;
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
-    const workerCpu = workers.reduce((sum, w, i) => sum + cpuSeconds(w.pid) - cpu0.workers[i]!, 0);
+    const workerCpu = workers.reduce((sum, w, i) => sum + cpuSeconds(w.pid) - cpu0.workers[i]!, 0) +
+      pythonWorkers.reduce((sum, w, i) => sum + cpuSeconds(w.pid) - cpu0.python[i]!, 0);
     const counters = await serverCounters(c);
     const cycles = await Promise.all(workers.map((w) => w.cycle()));
     // Several workers: the figures of the one with the most samples.
@@ -231,6 +246,8 @@ async function bench(store: "sqlite" | "postgres") {
       store,
       orders: ORDERS,
       clients: CLIENTS,
+      ts_workers: workers.length,
+      python_workers: pyCount,
       orders_per_s: Math.round((ORDERS / seconds) * 10) / 10,
       p50_ms: Math.round(pct(latencies, 0.5)),
       p99_ms: Math.round(pct(latencies, 0.99)),
@@ -257,6 +274,7 @@ async function bench(store: "sqlite" | "postgres") {
     };
   } finally {
     for (const w of workers) await w.kill("SIGKILL");
+    for (const w of pythonWorkers) await w.kill("SIGKILL");
     await server.kill(Deno.env.get("ORBIT_BENCH_CPU_PROF") ? "SIGTERM" : "SIGKILL");
   }
 }
@@ -269,7 +287,7 @@ for (const s of stores) {
   const r = await bench(s);
   results.push(r);
   console.log(
-    `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB (${r.orders} orders, ${r.clients} clients; ${r.seconds} s)\n` +
+    `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB (${r.orders} orders, ${r.clients} clients, workers: ${r.ts_workers} TypeScript, ${r.python_workers} Python; ${r.seconds} s)\n` +
       `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
       `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each); server main thread busy ${
         Math.round(r.main_thread_busy_share * 100)
