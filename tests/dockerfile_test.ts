@@ -304,3 +304,125 @@ Deno.test({
     }
   },
 });
+
+/** Directive lines of an HAProxy or nginx file: comments and blank lines dropped, trimmed. */
+function directives(text: string): string[] {
+  return text.split("\n").map((l) => l.replace(/#.*$/, "").trim()).filter((l) => l !== "");
+}
+
+/** The lines of one HAProxy section (`backend orbit`), up to the next section. */
+function haproxySection(text: string, header: string): string[] {
+  const lines = directives(text);
+  const at = lines.indexOf(header);
+  assert.ok(at >= 0, `no "${header}" section`);
+  const sections = /^(global|defaults|frontend|backend|listen|resolvers|peers)\b/;
+  const end = lines.findIndex((l, i) => i > at && sections.test(l));
+  return lines.slice(at + 1, end < 0 ? undefined : end);
+}
+
+Deno.test("deploy/: the shared-mode HAProxy, nginx and Kubernetes files are the reference page's", async (t) => {
+  await t.step(
+    "haproxy-shared.cfg: round robin over all, /v1/ready, retry-on conn-failure",
+    async () => {
+      const text = await Deno.readTextFile(`${ROOT}deploy/haproxy-shared.cfg`);
+      const backend = haproxySection(text, "backend orbit");
+      for (
+        const line of [
+          "mode http",
+          "balance roundrobin",
+          "option httpchk GET /v1/ready",
+          "http-check expect status 200",
+          "default-server inter 1s fall 2 rise 1",
+          "retry-on conn-failure",
+          "timeout server 330s",
+        ]
+      ) assert.ok(backend.includes(line), `backend orbit: ${line}`);
+      const servers = backend.filter((l) => l.startsWith("server "));
+      assert.deepEqual(
+        servers,
+        [0, 1, 2].map((i) => `server orbit-${i} orbit-${i}.orbit.internal:7233 check`),
+      );
+      // Shared mode keeps connections to every live server: nothing is shut down on a check.
+      assert.ok(!backend.some((l) => l.includes("on-marked-down")), "no on-marked-down");
+      const frontend = haproxySection(text, "frontend orbit_in");
+      assert.ok(frontend.includes("default_backend orbit"));
+      // The backend timeout is above the longest wait (300 s) and long poll (60 s).
+      for (const l of directives(text).filter((l) => l.startsWith("timeout server"))) {
+        assert.equal(l, "timeout server 330s");
+      }
+    },
+  );
+
+  await t.step(
+    "nginx-shared.conf: all servers, no non_idempotent, and a comment saying why",
+    async () => {
+      const text = await Deno.readTextFile(`${ROOT}deploy/nginx-shared.conf`);
+      const lines = directives(text);
+      const servers = lines.filter((l) => /^server\s+orbit-/.test(l));
+      assert.deepEqual(
+        servers,
+        [0, 1, 2].map((i) => `server orbit-${i}.orbit.internal:7233 max_fails=1 fail_timeout=2s;`),
+      );
+      assert.ok(lines.includes("proxy_pass http://orbit;"));
+      assert.ok(lines.includes("proxy_next_upstream error timeout;"));
+      assert.ok(lines.includes("proxy_read_timeout 330s;"));
+      assert.ok(!lines.some((l) => l.includes("non_idempotent")), "no non_idempotent directive");
+      assert.ok(!lines.some((l) => l.includes("http_503")), "503 is not a reason to retry here");
+      // The comment explains why a POST must not be retried on another server.
+      const comments = text.split("\n").filter((l) => l.trim().startsWith("#")).join(" ");
+      assert.match(comments, /non_idempotent/);
+      assert.match(comments, /may have been applied/);
+      let depth = 0;
+      for (const ch of text.replace(/#.*$/gm, "")) {
+        if (ch === "{") depth++;
+        if (ch === "}") depth--;
+        assert.ok(depth >= 0, "balanced braces");
+      }
+      assert.equal(depth, 0, "balanced braces");
+    },
+  );
+
+  await t.step(
+    "kubernetes/statefulset-shared.yaml: replicas, node id, shared mode, probes",
+    async () => {
+      const text = await Deno.readTextFile(`${ROOT}deploy/kubernetes/statefulset-shared.yaml`);
+      assert.ok(!text.includes("\t"), "YAML is indented with spaces");
+      const docs = text.split(/^---$/m);
+      const set = docs.find((d) => /^kind: StatefulSet$/m.test(d));
+      assert.ok(set, "a StatefulSet");
+      const replicas = Number(set.match(/^ {2}replicas: (\d+)$/m)?.[1]);
+      assert.ok(replicas >= 2, `several replicas (${replicas})`);
+      const env = (name: string) =>
+        set.match(new RegExp(`- \\{ name: ${name}, value: "([^"]*)" \\}`))?.[1];
+      assert.equal(env("ORBIT_CLUSTER"), "true");
+      assert.equal(env("ORBIT_CLUSTER_MODE"), "shared");
+      assert.match(
+        set,
+        /- name: ORBIT_NODE_ID\n\s+valueFrom: \{ fieldRef: \{ fieldPath: metadata\.name \} \}/,
+        "ORBIT_NODE_ID from the pod name (downward API)",
+      );
+      const nodeTimeout = Number(env("ORBIT_NODE_TIMEOUT") ?? 5);
+      assert.ok(nodeTimeout >= 2, "--node-timeout is at least 2");
+      assert.match(set, /readinessProbe:\n\s+httpGet: \{ path: \/v1\/ready, port: http \}/);
+      assert.match(set, /livenessProbe:\n\s+httpGet: \{ path: \/v1\/health, port: http \}/);
+      const grace = Number(set.match(/terminationGracePeriodSeconds: (\d+)/)?.[1]);
+      assert.ok(grace >= 30, `room for a graceful leave (${grace} s)`);
+      // The Service routes to the same pods, over every ready one: no affinity needed.
+      const service = docs.find((d) => /^kind: Service$/m.test(d) && !/clusterIP: None/.test(d));
+      assert.ok(service);
+      const app = set.match(/labels: \{ app: ([\w-]+) \}/)?.[1];
+      assert.ok(
+        app && service.includes(`selector: { app: ${app} }`),
+        "the Service selects the pods",
+      );
+      assert.ok(!/sessionAffinity: ClientIP/.test(service));
+      // It does not collide with the standby manifest's names.
+      const standby = await Deno.readTextFile(`${ROOT}deploy/kubernetes/statefulset.yaml`);
+      const names = (t: string) => [...t.matchAll(/^ {2}name: ([\w-]+)/gm)].map((m) => m[1]);
+      for (const n of names(text)) {
+        if (n === "orbit") continue; // the secret's name is shared on purpose
+        assert.ok(!names(standby).includes(n), `${n} is also a name in the standby manifest`);
+      }
+    },
+  );
+});
