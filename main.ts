@@ -7,10 +7,11 @@
 import { Command, Option } from "commander";
 import { ConfigError, parseServerConfig, type ServerConfig } from "./lib/config.ts";
 import { log, setupLogging } from "./lib/log.ts";
-import { Runtime } from "./lib/runtime.ts";
+import { Runtime, type RuntimeOptions } from "./lib/runtime.ts";
 import { openStore } from "./lib/store/open.ts";
 import type { Store } from "./lib/store/store.ts";
 import { StandbyNode } from "./cluster/node.ts";
+import { SharedNode } from "./cluster/shared.ts";
 import { createApp } from "./routes/app.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
@@ -53,9 +54,6 @@ async function loadWorkersFile(path: string, clientToken: string | null): Promis
 
 async function runServer(cfg: ServerConfig): Promise<void> {
   setupLogging(cfg.logFormat, cfg.logLevel);
-  if (cfg.cluster && cfg.clusterMode === "shared") {
-    fail("--cluster-mode shared is not available in this version; use --cluster-mode standby");
-  }
   const workers = cfg.workersFile ? await loadWorkersFile(cfg.workersFile, cfg.token) : null;
   let tls: { cert: string; key: string } | null = null;
   if (cfg.tlsCert && cfg.tlsKey) {
@@ -90,13 +88,19 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       );
     }
   };
-  const runtime = (store: Store, readOnly: boolean, cluster: StandbyNode | null) =>
+  const runtime = (
+    store: Store,
+    readOnly: boolean,
+    cluster: StandbyNode | SharedNode | null,
+    shared: RuntimeOptions["shared"] = null,
+  ) =>
     new Runtime(store, {
       sessionTimeoutMs: cfg.sessionTimeoutMs,
       maxActiveExecutions: cfg.maxActiveExecutions,
       httpAllow: cfg.httpAllow,
       cluster,
       readOnly,
+      shared,
     });
   const appOptions = { token: cfg.token, maxBodyBytes: cfg.maxBodyBytes, ui: cfg.ui, workers };
   if (workers) {
@@ -106,9 +110,31 @@ async function runServer(cfg: ServerConfig): Promise<void> {
   // Standby mode is a strategy over the same runtime: cluster/node.ts swaps a fenced leader
   // runtime in on election and out on step-down; a single server has one runtime.
   let node: StandbyNode | null = null;
+  let sharedNode: SharedNode | null = null;
   let single: Runtime | null = null;
   let handler: (req: Request, info: Deno.ServeHandlerInfo) => Response | Promise<Response>;
-  if (cfg.cluster) {
+  if (cfg.cluster && cfg.clusterMode === "shared") {
+    // Shared mode: every server active; a strategy over the same runtime (cluster/shared.ts).
+    const n: SharedNode = sharedNode = new SharedNode({
+      url: cfg.db,
+      nodeId: cfg.nodeId ?? hostName(),
+      nodeTimeoutMs: cfg.nodeTimeoutS * 1000,
+      sessionTimeoutMs: cfg.sessionTimeoutMs,
+      runtime: (store, shared) => runtime(store, false, n, shared),
+      app: (rt) => createApp(rt, appOptions),
+      onFatal: (message) => {
+        console.error(`error: ${message}`);
+        Deno.exit(1);
+      },
+    });
+    try {
+      await n.open();
+    } catch (e) {
+      await n.abort();
+      fail(`cannot open database (PostgreSQL): ${(e as Error).message}`);
+    }
+    handler = n.fetch;
+  } else if (cfg.cluster) {
     const n: StandbyNode = node = new StandbyNode({
       url: cfg.db,
       nodeId: cfg.nodeId ?? hostName(),
@@ -139,6 +165,21 @@ async function runServer(cfg: ServerConfig): Promise<void> {
           advertise_addr: advertise,
         });
       }
+      if (sharedNode) {
+        log.shared.info("cluster mode: shared (every server active)", {
+          node_id: sharedNode.nodeId,
+          advertise_addr: advertise,
+          node_timeout_ms: cfg.nodeTimeoutS * 1000,
+        });
+        const n = sharedNode;
+        queueMicrotask(() =>
+          n.start(advertise).catch(async (e) => {
+            console.error(`error: ${(e as Error).message}`);
+            await n.abort();
+            Deno.exit(2);
+          })
+        );
+      }
       queueMicrotask(() => node?.start(advertise));
       log.server.info("ORBIT runtime listening", {
         addr: `${host}:${port}`,
@@ -164,11 +205,12 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     stopping = true;
     log.server.info("shutting down; finishing in-flight appends", { signal });
     // Release long polls and waits first, so the listener can drain quickly.
-    const rt = node?.runtime ?? single!;
+    const rt = node?.runtime ?? sharedNode?.runtime ?? single!;
     rt.workers.stop();
     rt.executions.stop();
     await server.shutdown();
     if (node) await node.stop();
+    else if (sharedNode) await sharedNode.stop();
     else await single!.stop();
     log.server.info("stopped");
     Deno.exit(0);

@@ -20,11 +20,13 @@ import { log } from "../lib/log.ts";
 
 /** What the runtime, the gate and health read of the cluster. */
 export interface ClusterView {
-  role(): "leader" | "standby";
+  role(): "leader" | "standby" | "shared";
   nodeId: string;
   term(): number | null;
   leader(): LeaderInfo | null;
   serving(): boolean;
+  /** Shared mode: the fields health and ready add (owned executions, nodes, …). */
+  details?(): Promise<Record<string, unknown>>;
 }
 
 export interface StandbyNodeOptions {

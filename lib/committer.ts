@@ -2,7 +2,8 @@
  * Commit batching. Appends of executions that are ready at the same moment go into one store
  * transaction: while a commit is in flight, new appends wait and then go together in the next
  * one (group commit). A batch that fails is retried item by item, so one bad append cannot fail
- * the others; a fenced store fails them all.
+ * the others; a fenced store fails them all. In shared mode the store answers which executions
+ * were fenced (owned elsewhere): those items fail, the others are committed.
  */
 import { setImmediate } from "node:timers";
 import type { AppendItem, Store } from "./store/store.ts";
@@ -68,8 +69,9 @@ export class GroupCommitter {
 
   async #commit(batch: Pending[]): Promise<void> {
     const started = performance.now();
+    let result;
     try {
-      await this.store.commit(batch.map((p) => p.item));
+      result = await this.store.commit(batch.map((p) => p.item));
     } catch (e) {
       if (batch.length === 1 || e instanceof FencedError) {
         for (const p of batch) p.reject(e);
@@ -80,9 +82,18 @@ export class GroupCommitter {
     }
     this.metrics.appendLatency.observe((performance.now() - started) / 1000);
     this.metrics.commits.inc();
+    // Shared mode: an execution owned elsewhere is fenced alone; the rest committed.
+    const fenced = result?.fenced;
     let events = 0;
-    for (const p of batch) events += p.item.events.length;
+    for (const p of batch) {
+      const refused = fenced?.get(p.item.row.execution_id);
+      if (refused) {
+        p.reject(refused);
+        continue;
+      }
+      events += p.item.events.length;
+      p.resolve();
+    }
     this.metrics.eventsAppended.inc({}, events);
-    for (const p of batch) p.resolve();
   }
 }

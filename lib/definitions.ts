@@ -31,8 +31,13 @@ export class Definitions {
   constructor(
     readonly store: Store,
     readonly now: () => number,
-    readonly opts: { httpAllow?: readonly string[] } = {},
+    readonly opts: { httpAllow?: readonly string[]; onDeployed?: (name: string) => void } = {},
   ) {}
+
+  /** Another server deployed a version of `name` (shared mode's NOTIFY orbit_defs). */
+  forget(name: string): void {
+    this.#latest.delete(name);
+  }
 
   /** Deploys a document: `created` true on first deploy, false for an identical one (200). */
   async deploy(raw: unknown): Promise<{ created: boolean; row: DefinitionRow }> {
@@ -61,6 +66,7 @@ export class Definitions {
     }
     this.#docs.set(`${doc.name}@${doc.version}`, stored.document as WorkflowDoc);
     this.#latest.delete(doc.name);
+    if (created) this.opts.onDeployed?.(doc.name);
     return { created, row: stored };
   }
 

@@ -14,11 +14,13 @@ import { type ExecutionState, inFlightCount, replay } from "./engine/state.ts";
 import type { GroupCommitter } from "./committer.ts";
 import type { Definitions } from "./definitions.ts";
 import {
+  type AppendItem,
   DuplicateExecutionError,
   type ExecutionRow,
   FencedError,
   type Store,
 } from "./store/store.ts";
+import { sharedChanges } from "./shared_changes.ts";
 import { conflict, invalid, notFound, OrbitError, storageError } from "./errors.ts";
 import type { Metrics } from "./metrics.ts";
 import { validateAgainst } from "./jsonschema.ts";
@@ -39,12 +41,38 @@ export interface ExecutionObserver {
     next: ExecutionState,
     events: readonly HistoryEvent[],
   ): void;
+  /** Shared mode: the execution left this node's memory (another node owns it now). */
+  dropped?(last: ExecutionState): void;
 }
 
 interface Active {
   state: ExecutionState;
   def: WorkflowDoc;
   timers: ReturnType<typeof setTimeout>[];
+}
+
+/**
+ * Shared mode (cluster/shared.ts): this node's ownership of the executions it holds. Every
+ * append carries the epoch held for its execution and the queue rows it changes; an append
+ * fenced because another node took the execution over drops it from memory.
+ */
+export interface Ownership {
+  readonly nodeId: string;
+  /** Epoch held per execution id (children carry their root's). */
+  readonly epochs: Map<string, number>;
+  /** The current owner of an execution, or null when none (finished, or never started). */
+  ownerOf(id: string): Promise<{ node_id: string; epoch: number } | null>;
+  /** Wakes when the execution may have closed (NOTIFY orbit_done); returns an unsubscribe. */
+  onDone(id: string, wake: () => void): () => void;
+}
+
+/** Shared mode: commands for an execution another node owns go through its inbox. */
+export interface RemoteCommands {
+  /** Applies `cmd` on the owner of `id`; null when nobody owns it (not running). */
+  forward(
+    id: string,
+    cmd: Command,
+  ): Promise<{ accepted: boolean; row?: ExecutionRow; seq?: number } | null>;
 }
 
 export interface StartRequest {
@@ -98,6 +126,8 @@ export class Executions {
    * before their next command, and in the background until that works (see #resync).
    */
   readonly #suspect = new Map<string, ReturnType<typeof setTimeout> | null>();
+  /** Shared mode: where commands for executions owned elsewhere go. */
+  remote: RemoteCommands | null = null;
 
   constructor(
     readonly store: Store,
@@ -105,8 +135,78 @@ export class Executions {
     readonly defs: Definitions,
     readonly clock: Clock,
     readonly metrics: Metrics,
-    readonly opts: { maxActive: number | null; readOnly?: boolean },
+    readonly opts: { maxActive: number | null; readOnly?: boolean; ownership?: Ownership | null },
   ) {}
+
+  /** Shared mode's ownership, or null on a single server and in standby mode. */
+  get ownership(): Ownership | null {
+    return this.opts.ownership ?? null;
+  }
+
+  /**
+   * The append of a change: in shared mode with the epoch held (a new execution takes its
+   * root's, or 1) and the queue rows the change makes, plus the inbox entries it applies.
+   */
+  #item(
+    prev: ExecutionState | null,
+    next: ExecutionState,
+    events: HistoryEvent[],
+    now: number,
+    create: boolean,
+    inbox: number[] = [],
+  ): AppendItem {
+    const item: AppendItem = { row: rowOf(next, now), events };
+    if (create) item.create = true;
+    const own = this.opts.ownership;
+    if (own) {
+      const epoch = own.epochs.get(next.execution_id) ??
+        (next.root_id !== next.execution_id ? own.epochs.get(next.root_id) : undefined) ?? 1;
+      item.shared = {
+        node_id: own.nodeId,
+        epoch,
+        ...sharedChanges(prev, next, events, now),
+        inbox,
+      };
+    }
+    return item;
+  }
+
+  /** After a committed append: the epoch is held from now on (a create's, a child's). */
+  #held(item: AppendItem): void {
+    if (item.shared && item.row.status === "running") {
+      this.opts.ownership!.epochs.set(item.row.execution_id, item.shared.epoch);
+    }
+  }
+
+  /**
+   * Shared mode: an append was fenced, so another node owns the execution now. Memory lets it
+   * go (timers, waiters stay to the database); nothing was written.
+   */
+  #fenced(id: string, e: FencedError): void {
+    const a = this.active.get(id);
+    if (!this.opts.ownership) return;
+    log.engine.error("shared: dropped an execution another node took over", {
+      execution_id: id,
+      error: e.message,
+    });
+    this.drop(id);
+    if (a) { for (const o of this.#allObservers()) o.dropped?.(a.state); }
+  }
+
+  /** Forgets an execution held in memory without touching the store (shared mode). */
+  drop(id: string): void {
+    const a = this.active.get(id);
+    if (a) { for (const t of a.timers) clearTimeout(t); }
+    this.active.delete(id);
+    this.opts.ownership?.epochs.delete(id);
+    const timer = this.#suspect.get(id);
+    if (timer) clearTimeout(timer);
+    this.#suspect.delete(id);
+  }
+
+  #allObservers(): ExecutionObserver[] {
+    return this.observer ? [this.observer, ...this.#observers] : [...this.#observers];
+  }
 
   /** Runs `fn` after every earlier operation on the same execution has finished. */
   serial<T>(id: string, fn: () => Promise<T>): Promise<T> {
@@ -175,9 +275,11 @@ export class Executions {
           input: req.input ?? null,
           ...(link ?? {}),
         }, { now, newId: this.clock.newId });
-        const row = rowOf(d.state, now);
+        const item = this.#item(null, d.state, d.events, now, true);
+        const row = item.row;
         try {
-          await this.committer.append({ row, events: d.events, create: true });
+          await this.committer.append(item);
+          this.#held(item);
         } catch (e) {
           // Either the id exists (maybe from an earlier attempt of this very start whose
           // commit landed although it reported an error), or the outcome is unknown: read
@@ -216,6 +318,7 @@ export class Executions {
     id: string,
     cmd: Command,
     follow?: (s: ExecutionState) => Command | null,
+    inbox?: number[],
   ): Promise<
     {
       accepted: boolean;
@@ -244,12 +347,13 @@ export class Executions {
         return { accepted: d.accepted, state: a.state, followed, events: [] };
       }
       try {
-        await this.committer.append({ row: rowOf(d.state, now), events: d.events });
+        await this.committer.append(this.#item(a.state, d.state, d.events, now, false, inbox));
       } catch (e) {
         // Memory stays as it was: the engine changes state only after a commit. The commit
         // may have landed all the same; the execution is rebuilt from history before it
-        // moves again.
+        // moves again. Fenced in shared mode: another node owns it, memory lets it go.
         if (!(e instanceof FencedError)) this.#markSuspect(id);
+        else this.#fenced(id, e);
         throw storageError(e);
       }
       this.#install(id, a.state, d.state, a.def, d.events);
@@ -260,6 +364,10 @@ export class Executions {
 
   async cancel(id: string, reason: string): Promise<ExecutionRow> {
     const r = await this.command(id, { type: "cancel", reason });
+    if (r === null && this.remote) {
+      const f = await this.remote.forward(id, { type: "cancel", reason });
+      if (f?.row) return f.row;
+    }
     if (r === null) {
       const row = await this.store.getExecution(id);
       if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
@@ -289,7 +397,18 @@ export class Executions {
     const cmd: Command = "error" in result
       ? { type: "fail", token, error: result.error }
       : { type: "complete", token, output: result.output };
-    const r = await this.command(id, cmd, follow);
+    let r = await this.command(id, cmd, follow);
+    if (r === null && this.remote) {
+      const f = await this.remote.forward(id, cmd);
+      if (f) {
+        if (!f.accepted) this.metrics.resultsIgnored.inc();
+        else if ("error" in result) this.metrics.tasksFailed.inc();
+        else this.metrics.tasksSucceeded.inc();
+        return { accepted: f.accepted, state: null, followed: false };
+      }
+      // Nobody owns it: it finished, or it was taken over here meanwhile.
+      r = await this.command(id, cmd, follow);
+    }
     if (r === null) {
       if (!(await this.store.getExecution(id))) {
         throw notFound("UNKNOWN_TASK", `no execution ${id} for this task token`);
@@ -314,7 +433,21 @@ export class Executions {
     while ((row.status === "running" || row.status === "continued") && !signal?.aborted) {
       const left = end - this.clock.now();
       if (left <= 0) break;
-      await new Promise((r) => setTimeout(r, Math.min(1000, left)));
+      // Shared mode: NOTIFY orbit_done wakes the wait at once; the timer is the safety net.
+      await new Promise<void>((r) => {
+        const t = setTimeout(done, Math.min(1000, left));
+        const off = this.opts.ownership?.onDone(row.execution_id, done);
+        signal?.addEventListener("abort", done);
+        function done() {
+          clearTimeout(t);
+          off?.();
+          signal?.removeEventListener("abort", done);
+          r();
+        }
+      });
+      if (this.active.has(row.execution_id)) {
+        return await this.wait(row.execution_id, Math.max(0, end - this.clock.now()), signal);
+      }
       row = (await this.store.getExecution(row.execution_id)) ?? row;
     }
     return row;
@@ -345,8 +478,42 @@ export class Executions {
     }
     const row = await this.store.getExecution(id);
     if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
-    if (this.opts.readOnly) return await this.#pollUntilClosed(row, ms, signal);
+    // A standby runs nothing, and in shared mode another node may run it: read until it closes.
+    if (this.opts.readOnly || this.opts.ownership) {
+      return await this.#pollUntilClosed(row, ms, signal);
+    }
     return row;
+  }
+
+  /**
+   * Loads executions from history: shared mode's resume and takeover (`ids`, with the epochs
+   * already set in the ownership). Already held ones are left as they are.
+   */
+  async load(ids: string[]): Promise<{ executions: number; in_flight: number }> {
+    let executions = 0;
+    let inFlight = 0;
+    for (const id of ids) {
+      await this.serial(id, async () => {
+        if (this.active.has(id)) return;
+        const row = await this.store.getExecution(id);
+        if (!row || (row.status !== "running" && row.status !== "continued")) return;
+        const def = await this.defs.get(row.workflow, row.version);
+        if (!def) {
+          log.engine.error("cannot load execution: its definition is missing", {
+            execution_id: id,
+            workflow: row.workflow,
+            version: row.version,
+          });
+          return;
+        }
+        const state = replay(await readRun(this.store, row.run_id));
+        executions++;
+        inFlight += inFlightCount(state);
+        this.#install(id, null, state, def, []);
+        if (state.continued) await this.#continue(state, def);
+      });
+    }
+    return { executions, in_flight: inFlight };
   }
 
   /** Loads every running execution from history (start-up). */
@@ -401,8 +568,12 @@ export class Executions {
     const now = this.clock.now();
     const d = await decide(def, null, cmd, { now, newId: this.clock.newId });
     try {
-      await this.committer.append({ row: rowOf(d.state, now), events: d.events });
+      await this.committer.append(this.#item(ended, d.state, d.events, now, false));
     } catch (e) {
+      if (e instanceof FencedError) {
+        this.#fenced(id, e);
+        return;
+      }
       // The row stays `continued` unless the commit landed after all: the resync reads the
       // row and either loads the next run or starts it again (so does recovery after a
       // restart). A blind retry could start a second next run.
@@ -497,6 +668,16 @@ export class Executions {
     if (!row) return; // a start that did not land
     if (a && row.run_id === a.state.run_id && row.last_seq === a.state.last_seq) return;
     if (!a && row.status !== "running" && row.status !== "continued") return;
+    const own = this.opts.ownership;
+    if (own && (row.status === "running" || row.status === "continued")) {
+      // Shared mode: rebuild only what this node still owns, at the epoch it holds now.
+      const owner = await own.ownerOf(id);
+      if (!owner || owner.node_id !== own.nodeId) {
+        if (a) this.drop(id);
+        return;
+      }
+      own.epochs.set(id, owner.epoch);
+    }
     const def = await this.defs.get(row.workflow, row.version);
     if (!def) {
       log.engine.error("cannot rebuild execution: its definition is missing", {
@@ -547,6 +728,7 @@ export class Executions {
     if (old) { for (const t of old.timers) clearTimeout(t); }
     if (next.phase === "closed") {
       this.active.delete(id);
+      if (next.status !== "continued") this.opts.ownership?.epochs.delete(id);
       this.metrics.executionsClosed.inc({ status: next.status });
       log.engine.info(`execution ${next.status}`, { execution_id: id });
       const set = next.status === "continued" ? undefined : this.#waiters.get(id);

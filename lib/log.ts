@@ -80,5 +80,6 @@ export const log = {
   server: getLogger(["orbit_runtime", "server"]),
   engine: getLogger(["orbit_runtime", "engine"]),
   cluster: getLogger(["orbit_runtime", "cluster"]),
+  shared: getLogger(["orbit_runtime", "shared"]),
   store: getLogger(["orbit_runtime", "store"]),
 };

@@ -4,10 +4,10 @@
  */
 import { GroupCommitter } from "./committer.ts";
 import { Definitions } from "./definitions.ts";
-import { type Clock, Executions } from "./executions.ts";
+import { type Clock, Executions, type Ownership } from "./executions.ts";
 import { Metrics } from "./metrics.ts";
 import type { Store } from "./store/store.ts";
-import { Workers } from "./workers.ts";
+import { Workers, type WorkerService } from "./workers.ts";
 import { HttpAdapter } from "./http_adapter.ts";
 import { Children } from "./children.ts";
 import { Scheduler } from "./scheduler.ts";
@@ -27,6 +27,17 @@ export interface RuntimeOptions {
   /** `--http-allow`: hosts the built-in HTTP adapter may call (none when absent). */
   httpAllow?: string[];
   clock?: Clock;
+  /**
+   * Shared mode (cluster/shared.ts): the node's ownership of executions, its worker service
+   * over the shared queue, what it loads at start instead of every running execution, and
+   * the scheduler's owner id (claims of other nodes stay).
+   */
+  shared?: {
+    ownership: Ownership;
+    workers(executions: Executions, metrics: Metrics): WorkerService;
+    recover(): Promise<{ executions: number; in_flight: number }>;
+    onDeployed(name: string): void;
+  } | null;
 }
 
 export const systemClock: Clock = { now: () => Date.now(), newId: () => crypto.randomUUID() };
@@ -36,7 +47,7 @@ export class Runtime {
   readonly committer: GroupCommitter;
   readonly definitions: Definitions;
   readonly executions: Executions;
-  readonly workers: Workers;
+  readonly workers: WorkerService;
   /** Runs orbit-ir/2 `http` steps. */
   readonly http: HttpAdapter;
   /** Starts the children of `child` steps and hands their results to the parents. */
@@ -49,7 +60,11 @@ export class Runtime {
   constructor(readonly store: Store, readonly opts: RuntimeOptions) {
     this.clock = opts.clock ?? systemClock;
     this.committer = new GroupCommitter(store, this.metrics, store.kind === "postgres" ? 4 : 1);
-    this.definitions = new Definitions(store, this.clock.now, { httpAllow: opts.httpAllow ?? [] });
+    const shared = opts.shared ?? null;
+    this.definitions = new Definitions(store, this.clock.now, {
+      httpAllow: opts.httpAllow ?? [],
+      ...(shared ? { onDeployed: shared.onDeployed } : {}),
+    });
     this.executions = new Executions(
       store,
       this.committer,
@@ -59,13 +74,16 @@ export class Runtime {
       {
         maxActive: opts.maxActiveExecutions,
         readOnly: opts.readOnly ?? false,
+        ownership: shared?.ownership ?? null,
       },
     );
-    this.workers = new Workers(this.executions, this.metrics, {
-      sessionTimeoutMs: opts.sessionTimeoutMs,
-      now: this.clock.now,
-      newId: this.clock.newId,
-    });
+    this.workers = shared
+      ? shared.workers(this.executions, this.metrics)
+      : new Workers(this.executions, this.metrics, {
+        sessionTimeoutMs: opts.sessionTimeoutMs,
+        now: this.clock.now,
+        newId: this.clock.newId,
+      });
     this.http = new HttpAdapter(this.executions, {
       allow: opts.httpAllow ?? [],
       newId: this.clock.newId,
@@ -76,7 +94,7 @@ export class Runtime {
     this.executions.addObserver(this.children);
     this.scheduler = new Scheduler(
       { store, executions: this.executions, metrics: this.metrics, clock: this.clock },
-      { owner: `single-${this.clock.newId()}` },
+      { owner: opts.cluster && shared ? opts.cluster.nodeId : `single-${this.clock.newId()}` },
     );
     this.schedules = new ScheduleService(
       store,
@@ -90,15 +108,17 @@ export class Runtime {
 
   /** Rebuilds every running execution from history and starts the session sweeper. */
   async start(): Promise<void> {
-    const r = await this.executions.recover();
+    const shared = this.opts.shared;
+    const r = shared ? await shared.recover() : await this.executions.recover();
     log.engine.info("recovered active executions from history", {
       executions: r.executions,
       in_flight: r.in_flight,
     });
     this.children.afterRecovery();
     this.workers.start();
-    // The only scheduler there is: claims left in the table are a previous process's.
-    await this.scheduler.start({ dropClaims: true });
+    // The only scheduler there is: claims left in the table are a previous process's. In
+    // shared mode every node schedules, and other nodes' claims are live.
+    await this.scheduler.start({ dropClaims: !shared });
   }
 
   /** Stops timers and polls, lets in-flight appends finish, closes the store. */
@@ -112,13 +132,19 @@ export class Runtime {
     await this.store.close();
   }
 
-  cluster() {
+  async cluster(): Promise<Record<string, unknown>> {
     const c = this.opts.cluster;
     if (!c) return { role: "single", node_id: null, term: null, leader: null };
-    return { role: c.role(), node_id: c.nodeId, term: c.term(), leader: c.leader() };
+    return {
+      role: c.role(),
+      node_id: c.nodeId,
+      term: c.term(),
+      leader: c.leader(),
+      ...(c.details ? await c.details() : {}),
+    };
   }
 
-  health() {
+  async health() {
     return {
       status: "ok",
       api_version: API_VERSION,
@@ -126,13 +152,17 @@ export class Runtime {
       ir_versions: [...SUPPORTED_IR],
       active_executions: this.executions.active.size,
       worker_sessions: this.workers.sessions.size,
-      ...this.cluster(),
+      ...(await this.cluster()),
     };
   }
 
-  /** 200 only on a server that may write: a single server, or the leader within its lease. */
-  ready() {
-    return { ...this.cluster(), ready: this.opts.cluster ? this.opts.cluster.serving() : true };
+  /**
+   * 200 only on a server that may write: a single server, the leader within its lease, or a
+   * shared node that has resumed its executions and writes its heartbeat.
+   */
+  async ready() {
+    const cluster = await this.cluster();
+    return { ...cluster, ready: this.opts.cluster ? this.opts.cluster.serving() : true };
   }
 
   renderMetrics(): string {

@@ -71,6 +71,13 @@ export async function sendSignal(
     }
   }
   const r = await ex.command(id, { type: "signal", name, payload: value });
+  if (r === null && ex.remote) {
+    // Shared mode: another node owns it; its inbox applies the signal and answers the seq.
+    const f = await ex.remote.forward(id, { type: "signal", name, payload: value });
+    if (f?.seq !== undefined) {
+      return { seq: f.seq, execution_id: id, run_id: f.row?.run_id ?? row.run_id, signal: name };
+    }
+  }
   const received = r?.events.find((e) => e.type === "SignalReceived");
   if (!r || !received) {
     const now = await ex.store.getExecution(id);

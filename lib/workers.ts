@@ -71,7 +71,31 @@ interface Waiter {
 
 const key = (task: string, contract: string) => `${task}\u0000${contract}`;
 
-export class Workers implements ExecutionObserver {
+/**
+ * What the routes use of a worker service: this module's in-memory one on a single server
+ * and in standby mode, cluster/shared_workers.ts over the shared tables in shared mode.
+ */
+export interface WorkerService extends ExecutionObserver {
+  /** Sessions this server knows (all of them here; the ones it served in shared mode). */
+  readonly sessions: ReadonlyMap<string, Session>;
+  register(
+    r: Pick<Session, "worker_id" | "runtime" | "tasks" | "concurrency">,
+  ): string | Promise<string>;
+  poll(sessionId: string, max: number, waitMs: number, signal?: AbortSignal): Promise<TaskPayload[]>;
+  heartbeat(sessionId: string, tokens: string[]): string[] | Promise<string[]>;
+  unregister(sessionId: string): Promise<void>;
+  report(
+    token: string,
+    result: { output: unknown } | { error: ErrorInfo },
+    take?: { sessionId: string; maxTasks: number },
+    signal?: AbortSignal,
+  ): Promise<{ accepted: boolean; tasks: TaskPayload[] }>;
+  list(): unknown[] | Promise<unknown[]>;
+  start(): void;
+  stop(): void;
+}
+
+export class Workers implements WorkerService {
   readonly sessions = new Map<string, Session>();
   #queue = new Map<string, Queued[]>();
   #queued = new Set<string>();

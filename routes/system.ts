@@ -4,9 +4,9 @@ import type { Runtime } from "../lib/runtime.ts";
 
 export function systemRoutes(rt: Runtime): Hono {
   const app = new Hono();
-  app.get("/v1/health", (c) => c.json(rt.health()));
-  app.get("/v1/ready", (c) => {
-    const r = rt.ready();
+  app.get("/v1/health", async (c) => c.json(await rt.health()));
+  app.get("/v1/ready", async (c) => {
+    const r = await rt.ready();
     return c.json(r, r.ready ? 200 : 503);
   });
   return app;

@@ -34,7 +34,7 @@ export function workerRoutes(rt: Runtime): Hono {
   const app = new Hono();
   app.post("/register", async (c) => {
     const r = await body(c, registerSchema);
-    const session_id = rt.workers.register(r);
+    const session_id = await rt.workers.register(r);
     return c.json({ session_id });
   });
   app.post("/poll", async (c) => {
@@ -49,13 +49,13 @@ export function workerRoutes(rt: Runtime): Hono {
   });
   app.post("/heartbeat", async (c) => {
     const r = await body(c, heartbeatSchema);
-    return c.json({ cancel: rt.workers.heartbeat(r.session_id, r.tokens) });
+    return c.json({ cancel: await rt.workers.heartbeat(r.session_id, r.tokens) });
   });
   app.post("/unregister", async (c) => {
     const r = await body(c, unregisterSchema);
     await rt.workers.unregister(r.session_id);
     return c.json({ ok: true });
   });
-  app.get("/", (c) => c.json({ workers: rt.workers.list() }));
+  app.get("/", async (c) => c.json({ workers: await rt.workers.list() }));
   return app;
 }

@@ -76,7 +76,7 @@ async function run(target: StoreTarget, o: RunOptions): Promise<void> {
         )
       )
     );
-    const session = rt.workers.register({
+    const session = await rt.workers.register({
       worker_id: "w",
       runtime: "typescript",
       tasks: TASKS,

@@ -6,10 +6,10 @@ import { openPostgresStore } from "./postgres.ts";
 /** With `fence` (standby mode, PostgreSQL only), every append checks the cluster term. */
 export async function openStore(
   db: string,
-  opts: { fence?: () => number | null } = {},
+  opts: { fence?: () => number | null; max?: number; applicationName?: string } = {},
 ): Promise<Store> {
   const store = /^postgres(ql)?:\/\//.test(db)
-    ? await openPostgresStore(db, opts.fence ? { fence: opts.fence } : {})
+    ? await openPostgresStore(db, opts)
     : await openSqliteStore(db);
   await store.migrate();
   return store;

@@ -24,9 +24,11 @@
 import postgres from "postgres";
 import type { ExecutionStatus, HistoryEvent } from "../engine/events.ts";
 import * as q from "../../sql/postgres/queries.ts";
+import { COMMIT_OWNED } from "../../sql/postgres/shared.ts";
 import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/postgres/migrations.ts";
 import {
   type AppendItem,
+  type CommitResult,
   decodeListCursor,
   type DefinitionRow,
   DuplicateExecutionError,
@@ -35,11 +37,13 @@ import {
   type ExecutionRow,
   FencedError,
   type ListExecutionsQuery,
+  ownerFencedError,
   type ScheduleAdvance,
   type ScheduleClaim,
   type ScheduleCount,
   type ScheduleRow,
   type ScheduleUpdate,
+  type SharedAppend,
   type Store,
   termFencedError,
 } from "./store.ts";
@@ -49,6 +53,8 @@ export interface PostgresStoreOptions {
   fence?: () => number | null;
   /** Pool size (default 10). */
   max?: number;
+  /** `application_name` of the connections (default "orbit"). */
+  applicationName?: string;
   /** The clock, for `applied_ms` of migrations (default Date.now). */
   now?: () => number;
 }
@@ -64,6 +70,8 @@ type WorkflowDefinitionsRecord = DefinitionRow;
 /** One element of the commit's `$1`: an execution row and whether it is inserted. */
 interface CommitRowParam extends ExecutionRow {
   is_create: boolean;
+  owner_node?: string;
+  owner_epoch?: number;
 }
 
 /** One element of the commit's `$2`. */
@@ -115,12 +123,40 @@ function commitParams(items: AppendItem[]): { rows: CommitRowParam[]; events: Co
     const id = item.row.execution_id;
     const prev = rows.get(id);
     if (prev && item.create) throw new DuplicateExecutionError(id);
-    rows.set(id, { ...item.row, is_create: prev ? prev.is_create : item.create === true });
+    const row: CommitRowParam = {
+      ...item.row,
+      is_create: prev ? prev.is_create : item.create === true,
+    };
+    if (item.shared) {
+      row.owner_node = item.shared.node_id;
+      row.owner_epoch = item.shared.epoch;
+    }
+    rows.set(id, row);
     for (const data of item.events) {
       events.push({ run_id: item.row.run_id, execution_id: id, data });
     }
   }
   return { rows: [...rows.values()], events };
+}
+
+/** The queue and inbox parameters of COMMIT_OWNED ($3…$7), tagged with their execution. */
+function sharedParams(items: AppendItem[]): unknown[] {
+  const enqueue: unknown[] = [];
+  const gone: unknown[] = [];
+  const cancel: unknown[] = [];
+  const done: unknown[] = [];
+  const inbox: unknown[] = [];
+  for (const item of items) {
+    const sh: SharedAppend | undefined = item.shared;
+    if (!sh) continue;
+    const execution_id = item.row.execution_id;
+    enqueue.push(...sh.enqueue);
+    for (const unit of sh.gone) gone.push({ execution_id, unit });
+    for (const token of sh.cancel) cancel.push({ execution_id, token });
+    for (const token of sh.done) done.push({ execution_id, token });
+    for (const seq of sh.inbox) inbox.push({ execution_id, seq });
+  }
+  return [enqueue, gone, cancel, done, inbox];
 }
 
 /** Turns the commit statement's constraint errors into the store's errors. */
@@ -135,7 +171,9 @@ function commitError(e: unknown, rows: CommitRowParam[]): unknown {
     );
   }
   if (pg.code !== "23505") return e;
-  if (pg.constraint_name === "workflow_executions_pkey") {
+  if (
+    pg.constraint_name === "workflow_executions_pkey" || pg.constraint_name === "orbit_owners_pkey"
+  ) {
     const id = /\(execution_id\)=\((.*)\) already exists/.exec(pg.detail ?? "")?.[1] ??
       rows.find((r) => r.is_create)?.execution_id ?? "?";
     return new DuplicateExecutionError(id);
@@ -248,9 +286,10 @@ class PostgresStore implements Store {
     return rows.map(toDefinitionRow);
   }
 
-  async commit(items: AppendItem[]): Promise<void> {
+  async commit(items: AppendItem[]): Promise<CommitResult | void> {
     if (items.length === 0) return;
     const { rows, events } = commitParams(items);
+    if (items.some((i) => i.shared)) return await this.#commitOwned(items, rows, events);
     const term = this.#fence();
     let result: { term?: number | null }[];
     try {
@@ -269,6 +308,28 @@ class PostgresStore implements Store {
         );
       }
     }
+  }
+
+  /** Shared mode: one statement that checks every execution's owner (COMMIT_OWNED). */
+  async #commitOwned(
+    items: AppendItem[],
+    rows: CommitRowParam[],
+    events: CommitEventParam[],
+  ): Promise<CommitResult> {
+    let result: {
+      fenced: Array<{ execution_id: string; node_id: string | null; epoch: number | null }>;
+    }[];
+    try {
+      result = await this.#query(COMMIT_OWNED, [rows, events, ...sharedParams(items)]);
+    } catch (e) {
+      throw commitError(e, rows);
+    }
+    const fenced = new Map<string, FencedError>();
+    for (const f of result[0]?.fenced ?? []) {
+      const held = rows.find((r) => r.execution_id === f.execution_id)?.owner_epoch ?? 0;
+      fenced.set(f.execution_id, ownerFencedError(f.execution_id, f, held));
+    }
+    return { fenced };
   }
 
   async getExecution(executionId: string): Promise<ExecutionRow | null> {
@@ -461,25 +522,9 @@ export async function openPostgresStore(
   url: string,
   opts: PostgresStoreOptions = {},
 ): Promise<Store> {
-  const sql = postgres(url, {
+  const sql = postgresClient(url, {
     max: opts.max ?? 10,
-    prepare: true,
-    // Reconnect fast after a restart or a failover: 50 ms, 100 ms, … at most 1 s (seconds).
-    backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
-    connect_timeout: 10,
-    // No array parameters of custom types: skip the pg_type query on every new connection.
-    fetch_types: false,
-    onnotice: () => {},
-    connection: { application_name: "orbit" },
-    types: {
-      // Every bigint column (times, seq, counts) is far below 2^53: read it as a JS number.
-      bigint: {
-        to: 20,
-        from: [20],
-        serialize: (x: number | bigint | string) => String(x),
-        parse: (x: string) => Number(x),
-      },
-    },
+    applicationName: opts.applicationName ?? "orbit",
   });
   try {
     await sql`SELECT 1`;
@@ -491,4 +536,34 @@ export async function openPostgresStore(
     );
   }
   return new PostgresStore(sql, opts);
+}
+
+/**
+ * A postgres.js client with the store's settings (prepared statements, bigint as numbers, a
+ * short reconnect backoff), for the cluster modes' own connections.
+ */
+export function postgresClient(
+  url: string,
+  opts: { max: number; applicationName: string },
+): postgres.Sql {
+  return postgres(url, {
+    max: opts.max,
+    prepare: true,
+    // Reconnect fast after a restart or a failover: 50 ms, 100 ms, … at most 1 s (seconds).
+    backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
+    connect_timeout: 10,
+    // No array parameters of custom types: skip the pg_type query on every new connection.
+    fetch_types: false,
+    onnotice: () => {},
+    connection: { application_name: opts.applicationName },
+    types: {
+      // Every bigint column (times, seq, counts) is far below 2^53: read it as a JS number.
+      bigint: {
+        to: 20,
+        from: [20],
+        serialize: (x: number | bigint | string) => String(x),
+        parse: (x: string) => Number(x),
+      },
+    },
+  });
 }

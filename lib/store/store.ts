@@ -43,6 +43,51 @@ export interface AppendItem {
   events: HistoryEvent[];
   /** True when `row` is a new execution (the first append of a run's `WorkflowCreated`). */
   create?: boolean;
+  /** Shared mode: the ownership this append needs, and the queue and inbox rows it changes. */
+  shared?: SharedAppend;
+}
+
+/** A queued task row of shared mode (`orbit_tasks`), written with its StepScheduled. */
+export interface TaskRow {
+  execution_id: string;
+  run_id: string;
+  step: string;
+  attempt: number;
+  /** One queue episode of the step: `<run>/<step>/<attempt>/<dispatches so far>`. */
+  unit: string;
+  task_name: string;
+  contract_version: string;
+  language: string | null;
+  enqueued_ms: number;
+  /** Everything of the task payload (SPEC §4) but the token. */
+  payload: Record<string, unknown>;
+}
+
+/**
+ * What a shared-mode append changes besides the history (sql/postgres/shared.ts,
+ * COMMIT_OWNED). The append is written only while `orbit_owners` names `node_id` at `epoch`
+ * for the execution (a create inserts that row).
+ */
+export interface SharedAppend {
+  node_id: string;
+  epoch: number;
+  enqueue: TaskRow[];
+  /** Units no longer queued (their queued row goes; a claimed one is cancelled). */
+  gone: string[];
+  /** Attempts the owner no longer needs: their claimed rows are marked cancelled. */
+  cancel: string[];
+  /** Attempts whose result is recorded: their rows go. */
+  done: string[];
+  /** Inbox entries applied by this append. */
+  inbox: number[];
+}
+
+/**
+ * What a commit did with items it did not write: in shared mode an execution owned elsewhere
+ * (or at another epoch) is fenced while the rest of the batch commits.
+ */
+export interface CommitResult {
+  fenced?: Map<string, FencedError>;
 }
 
 export interface ListExecutionsQuery {
@@ -61,6 +106,19 @@ export interface ExecutionPage {
 /** Raised by `commit` when the fence of a clustered store rejects the append. */
 export class FencedError extends Error {
   override name = "FencedError";
+}
+
+/** The FencedError of an append to an execution this node no longer owns (shared mode). */
+export function ownerFencedError(
+  executionId: string,
+  owner: { node_id: string | null; epoch: number | null },
+  held: number,
+): FencedError {
+  return new FencedError(
+    owner.node_id === null
+      ? `fenced: execution \`${executionId}\` is owned by no node; this node held epoch ${held}`
+      : `fenced: execution \`${executionId}\` is owned by node \`${owner.node_id}\` at epoch ${owner.epoch}; this node held epoch ${held}`,
+  );
 }
 
 /** The FencedError of a write refused because the cluster moved past the caller's term. */
@@ -174,7 +232,7 @@ export interface Store {
    * inserted into `execution_events`, rows upserted into `workflow_executions`.
    * Throws DuplicateExecutionError if a `create` item's id exists (nothing is written then).
    */
-  commit(items: AppendItem[]): Promise<void>;
+  commit(items: AppendItem[]): Promise<CommitResult | void>;
 
   getExecution(executionId: string): Promise<ExecutionRow | null>;
   listExecutions(q: ListExecutionsQuery): Promise<ExecutionPage>;

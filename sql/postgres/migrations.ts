@@ -169,4 +169,27 @@ CREATE TABLE orbit_sessions (
 ALTER TABLE orbit_schedules ADD COLUMN buffered_ms bigint, ADD COLUMN last_fired_ms bigint;
 `,
   },
+  {
+    version: 3,
+    name: "shared mode",
+    sql: `
+-- instance: the process behind a node id (a uuid per start), so that two processes given one
+-- --node-id notice each other (cluster/shared.ts).
+ALTER TABLE orbit_nodes ADD COLUMN instance text;
+
+-- A task row is one queue episode of a step (unit = run, step, attempt, dispatches so far),
+-- inserted by the owner with its StepScheduled. state: queued → claimed (by any server, for a
+-- worker session) → deleted with the attempt's result, or cancelled (the owner no longer
+-- needs it; the session's next heartbeat reports it once and deletes it).
+ALTER TABLE orbit_tasks ADD COLUMN run_id text, ADD COLUMN step text, ADD COLUMN attempt integer,
+  ADD COLUMN unit text, ADD COLUMN session_id text, ADD COLUMN claimed_ms bigint;
+CREATE UNIQUE INDEX orbit_tasks_unit_idx ON orbit_tasks (unit);
+CREATE UNIQUE INDEX orbit_tasks_token_idx ON orbit_tasks (token);
+CREATE INDEX orbit_tasks_cancelled_idx ON orbit_tasks (session_id) WHERE state = 'cancelled';
+
+-- reply_to: the node waiting for the outcome of a signal, cancel or result it forwarded.
+ALTER TABLE orbit_inbox ADD COLUMN reply_to text;
+CREATE INDEX orbit_inbox_execution_idx ON orbit_inbox (execution_id, seq);
+`,
+  },
 ];

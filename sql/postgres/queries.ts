@@ -62,7 +62,8 @@ ORDER BY created_ms, version`;
 // ---------------------------------------------------------------------------------------------
 // execution_events + workflow_executions: the commit
 
-const EXECUTION_COLUMNS = `execution_id, run_id, root_id, parent_id, workflow, version, status,
+export const EXECUTION_COLUMNS =
+  `execution_id, run_id, root_id, parent_id, workflow, version, status,
   input, output, error, created_ms, closed_ms, updated_ms, last_seq`;
 
 /**

@@ -1,0 +1,801 @@
+/**
+ * Shared mode: every server active on one PostgreSQL (reference page, "Shared mode (several
+ * active servers)"). A strategy over the same engine and store: the engine appends with an
+ * ownership fence per execution (lib/executions.ts `Ownership`, sql/postgres/shared.ts
+ * COMMIT_OWNED), workers use the shared queue (cluster/shared_workers.ts), and commands for
+ * executions owned elsewhere go through the owner's inbox (`forward`).
+ *
+ * State model. A node is `joining` (its id is written to `orbit_nodes` with this process's
+ * instance; a live row of another instance is waited for up to three node timeouts, then the
+ * start is refused), `resuming` (it bumps the epoch of every execution it owned before a
+ * restart, which fences the previous process, and loads them from history), then `serving`.
+ * Every second it writes its heartbeat on the database clock, takes over its rendezvous share
+ * of the executions of dead nodes (single-winner UPDATE … WHERE node_id = $dead, batches of
+ * 100 trees), and applies its inbox (also on NOTIFY orbit_inbox).
+ *
+ * Trust window. The node is ready only while its last heartbeat write is younger than
+ * --node-timeout; after that the others may take its executions. Timing is not what keeps a
+ * single writer: every append checks owner and epoch under FOR SHARE in its own statement, so
+ * a paused node that resumes cannot write what it lost; its appends fail `fenced:` and it
+ * drops those executions. A node that could not heartbeat for longer than the node timeout
+ * compares what it holds with `orbit_owners` as soon as it can, and drops what it lost.
+ *
+ * Failure handling. Each role has its own postgres.js client (application_name
+ * `orbit-<role>:<node id>`): the store (history appends, 1 connection), requests (claims,
+ * forwarding, sessions, 4), heartbeat (heartbeats, takeovers, inbox, 1) and listen (NOTIFY,
+ * 1). postgres.js reconnects each on its own, with a short backoff. A forwarded command
+ * waits up to 10 s for the owner's reply; if none came, its inbox entry is withdrawn (so it
+ * is never applied later) and the request answers 503 OWNER_UNAVAILABLE with retry-after.
+ */
+import type { Hono } from "hono";
+import type postgres from "postgres";
+import type { Command } from "../lib/engine/decide.ts";
+import type { ExecutionState } from "../lib/engine/state.ts";
+import { liveTokens } from "../lib/engine/state.ts";
+import { type Ownership, type RemoteCommands, rowOf } from "../lib/executions.ts";
+import { OrbitError } from "../lib/errors.ts";
+import { log } from "../lib/log.ts";
+import type { Runtime, RuntimeOptions } from "../lib/runtime.ts";
+import { openStore } from "../lib/store/open.ts";
+import { postgresClient } from "../lib/store/postgres.ts";
+import type { ExecutionRow, Store } from "../lib/store/store.ts";
+
+import * as q from "../sql/postgres/shared.ts";
+import type { ClusterView } from "./node.ts";
+import { SharedWorkers } from "./shared_workers.ts";
+
+const TICK_MS = 1000;
+const TAKEOVER_BATCH = 100;
+const FORWARD_WAIT_MS = 10_000;
+
+export interface SharedNodeOptions {
+  url: string;
+  nodeId: string;
+  nodeTimeoutMs: number;
+  sessionTimeoutMs: number;
+  now?: () => number;
+  newId?: () => string;
+  /** Builds the runtime over the owned store, with the shared-mode hooks. */
+  runtime(store: Store, shared: NonNullable<RuntimeOptions["shared"]>): Runtime;
+  app(rt: Runtime): Hono;
+  /** The node cannot go on (its id was taken by another process): the server exits. */
+  onFatal(message: string): void;
+}
+
+interface InboxEntry {
+  seq: number;
+  execution_id: string;
+  kind: string;
+  payload: Record<string, unknown>;
+  reply_to: string | null;
+}
+
+interface Reply {
+  seq: number;
+  accepted?: boolean;
+  row?: ExecutionRow;
+  signal_seq?: number;
+  error?: { status: number; code: string; message: string };
+}
+
+/** Rendezvous hashing: the live node with the highest score for a root takes it. */
+function score(node: string, root: string): number {
+  let h = 0x811c9dc5;
+  const s = `${node}\u0000${root}`;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  // One more round of mixing: FNV's low bits are weak for short keys.
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b) >>> 0;
+  h ^= h >>> 13;
+  return h >>> 0;
+}
+
+export function rendezvousOwner(root: string, nodes: readonly string[]): string | null {
+  let best: string | null = null;
+  let bestScore = -1;
+  for (const n of nodes) {
+    const sc = score(n, root);
+    if (sc > bestScore || (sc === bestScore && best !== null && n < best)) {
+      best = n;
+      bestScore = sc;
+    }
+  }
+  return best;
+}
+
+export class SharedNode implements ClusterView, RemoteCommands {
+  readonly instance = crypto.randomUUID();
+  readonly epochs = new Map<string, number>();
+  readonly now: () => number;
+  #store: Store | null = null;
+  #req: postgres.Sql | null = null;
+  #hb: postgres.Sql | null = null;
+  #listen: postgres.Sql | null = null;
+  #rt: Runtime | null = null;
+  #app: Hono | null = null;
+  #workers: SharedWorkers | null = null;
+  #advertise: string | null = null;
+  #joined = false;
+  #resumed = false;
+  #stopped = false;
+  #lastBeat = 0;
+  #beatFailed = false;
+  #ticking = false;
+  #tick: ReturnType<typeof setInterval> | undefined;
+  #ticks = 0;
+  #replies = new Map<number, (r: Reply) => void>();
+  #early = new Map<number, Reply>();
+  #done = new Map<string, Set<() => void>>();
+  #draining: Promise<void> | null = null;
+  #drainAgain = false;
+  #applying = new Set<number>();
+
+  constructor(readonly opts: SharedNodeOptions) {
+    this.now = opts.now ?? Date.now;
+  }
+
+  get nodeId(): string {
+    return this.opts.nodeId;
+  }
+  role(): "shared" {
+    return "shared";
+  }
+  term(): null {
+    return null;
+  }
+  leader(): null {
+    return null;
+  }
+  /** Ready: resumed, and the heartbeat written within the node timeout. */
+  serving(): boolean {
+    return this.#joined && this.#resumed && !this.#stopped &&
+      this.now() - this.#lastBeat < this.opts.nodeTimeoutMs;
+  }
+  get runtime(): Runtime {
+    return this.#rt!;
+  }
+  get advertiseAddr(): string | null {
+    return this.#advertise;
+  }
+
+  async details(): Promise<Record<string, unknown>> {
+    let nodes: unknown[] = [];
+    try {
+      const rows = await this.#sql("req")<
+        { node_id: string; addr: string | null; age_ms: number; owned: number }
+      >(q.LIST_NODES);
+      nodes = rows
+        .map((n) => ({
+          node_id: n.node_id,
+          addr: n.addr,
+          live: n.age_ms < this.opts.nodeTimeoutMs,
+          heartbeat_age_ms: Math.max(0, Number(n.age_ms)),
+          owned_executions: Number(n.owned),
+        }))
+        .filter((n) => n.live || n.owned_executions > 0);
+    } catch (e) {
+      log.shared.warn("cannot read the cluster's nodes", { error: (e as Error).message });
+    }
+    return {
+      owned_executions: this.#rt?.executions.active.size ?? 0,
+      tasks_claimed: this.#workers?.tasksClaimed ?? 0,
+      nodes,
+    };
+  }
+
+  #sql(role: "req" | "hb") {
+    const sql = role === "req" ? this.#req! : this.#hb!;
+    return <T>(text: string, params: unknown[] = []): Promise<T[]> =>
+      sql.unsafe(text, params as postgres.ParameterOrJSON<never>[], {
+        prepare: true,
+      }) as unknown as Promise<T[]>;
+  }
+
+  readonly fetch = (req: Request, info: Deno.ServeHandlerInfo): Response | Promise<Response> =>
+    this.#app!.fetch(req, info);
+
+  /** Opens the connections and builds the runtime; the server can listen once this resolves. */
+  async open(): Promise<void> {
+    const id = this.opts.nodeId;
+    this.#store = await openStore(this.opts.url, { max: 1, applicationName: `orbit-store:${id}` });
+    this.#req = postgresClient(this.opts.url, { max: 4, applicationName: `orbit-requests:${id}` });
+    this.#hb = postgresClient(this.opts.url, { max: 1, applicationName: `orbit-heartbeat:${id}` });
+    this.#listen = postgresClient(this.opts.url, {
+      max: 1,
+      applicationName: `orbit-listen:${id}`,
+    });
+    const ownership: Ownership = {
+      nodeId: id,
+      epochs: this.epochs,
+      ownerOf: async (execId) => {
+        const [o] = await this.#sql("req")<{ node_id: string; epoch: number }>(q.OWNER_OF, [
+          execId,
+        ]);
+        return o ? { node_id: o.node_id, epoch: Number(o.epoch) } : null;
+      },
+      onDone: (execId, wake) => {
+        let set = this.#done.get(execId);
+        if (!set) this.#done.set(execId, set = new Set());
+        set.add(wake);
+        return () => {
+          set!.delete(wake);
+          if (set!.size === 0) this.#done.delete(execId);
+        };
+      },
+    };
+    const rt = this.opts.runtime(this.#store, {
+      ownership,
+      workers: (executions, metrics) =>
+        this.#workers = new SharedWorkers(executions, metrics, {
+          nodeId: id,
+          sessionTimeoutMs: this.opts.sessionTimeoutMs,
+          now: this.now,
+          newId: this.opts.newId ?? (() => crypto.randomUUID()),
+          sql: this.#req!,
+          drainInbox: (execId) => this.#drainExecution(execId),
+        }),
+      recover: () => this.#resume(),
+      onDeployed: (name) => {
+        this.#sql("req")("SELECT pg_notify('orbit_defs', $1)", [name]).catch(() => {});
+      },
+    });
+    rt.executions.remote = this;
+    this.#rt = rt;
+    this.#app = this.opts.app(rt);
+    const listen = this.#listen;
+    await listen.listen("orbit_tasks", () => this.#workers?.wake());
+    await listen.listen("orbit_inbox", (node) => {
+      if (node === id) this.drain();
+    });
+    await listen.listen("orbit_done", (execId) => {
+      for (const w of [...(this.#done.get(execId) ?? [])]) w();
+    });
+    await listen.listen("orbit_defs", (name) => rt.definitions.forget(name));
+    await listen.listen("orbit_reply", (payload) => {
+      const sp = payload.indexOf(" ");
+      if (payload.slice(0, sp) !== id) return;
+      try {
+        const r = JSON.parse(payload.slice(sp + 1)) as Reply;
+        const waiter = this.#replies.get(r.seq);
+        if (waiter) waiter(r);
+        else this.#early.set(r.seq, r);
+      } catch { /* not ours */ }
+    });
+  }
+
+  /** Joins under the node id, resumes what it owns, and serves (after the listener is bound). */
+  async start(advertiseAddr: string | null): Promise<void> {
+    this.#advertise = advertiseAddr;
+    await this.#join();
+    this.#joined = true;
+    this.#lastBeat = this.now();
+    this.#tick = setInterval(() => this.#onTick(), TICK_MS);
+    await this.#rt!.start();
+    this.#resumed = true;
+    log.shared.info("shared: node is serving", {
+      node_id: this.opts.nodeId,
+      resumed: this.#rt!.executions.active.size,
+    });
+    this.drain();
+  }
+
+  async #join(): Promise<void> {
+    const deadline = this.now() + 3 * this.opts.nodeTimeoutMs;
+    let warned = false;
+    for (;;) {
+      const rows = await this.#sql("hb")(q.NODE_JOIN, [
+        this.opts.nodeId,
+        this.#advertise,
+        this.instance,
+        this.opts.nodeTimeoutMs,
+      ]);
+      if (rows.length === 1) return;
+      if (this.now() >= deadline) {
+        throw new Error(
+          `node id \`${this.opts.nodeId}\` is in use: another running server heartbeats under ` +
+            "it; give every server a unique --node-id",
+        );
+      }
+      if (!warned) {
+        warned = true;
+        log.shared.warn(
+          "shared: another process heartbeats under this node id; waiting for it to stop",
+          { node_id: this.opts.nodeId, wait_ms: 3 * this.opts.nodeTimeoutMs },
+        );
+      }
+      await new Promise((r) => setTimeout(r, TICK_MS));
+    }
+  }
+
+  /** A restart under the same node id: bump the epochs it owns (fencing the old process). */
+  async #resume(): Promise<{ executions: number; in_flight: number }> {
+    const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(
+      q.BUMP_OWN_EPOCHS,
+      [this.opts.nodeId, this.now()],
+    );
+    return await this.#adopt(rows, this.opts.nodeId);
+  }
+
+  /** Loads executions this node now owns at the given epochs; rebuilds their queue rows. */
+  async #adopt(
+    rows: Array<{ execution_id: string; epoch: number }>,
+    from: string,
+  ): Promise<{ executions: number; in_flight: number }> {
+    if (rows.length === 0) return { executions: 0, in_flight: 0 };
+    for (const r of rows) this.epochs.set(r.execution_id, Number(r.epoch));
+    const ids = rows.map((r) => r.execution_id);
+    const ex = this.#rt!.executions;
+    const loaded = await ex.load(ids);
+    // Claims the previous owner made for itself and had not recorded as dispatched go back on
+    // the queue (a claim for another owner wrote its `dispatched` inbox entry with it).
+    const tasks = await this.#sql("hb")<
+      { execution_id: string; token: string | null; state: string; claimed_by: string | null }
+    >(q.TASKS_OF, [ids]);
+    const orphans: string[] = [];
+    for (const id of ids) {
+      const st = ex.active.get(id)?.state;
+      if (st) { for (const { token } of liveTokens(st)) orphans.push(token); }
+    }
+    const live = new Set(orphans);
+    for (const t of tasks) {
+      if (t.state === "claimed" && t.token && t.claimed_by === from && !live.has(t.token)) {
+        await this.#sql("hb")(q.REQUEUE_TASK, [t.token]);
+      }
+    }
+    this.#workers?.adoptOrphans(orphans);
+    return loaded;
+  }
+
+  async #onTick(): Promise<void> {
+    if (this.#ticking || this.#stopped) return;
+    this.#ticking = true;
+    try {
+      await this.#heartbeat();
+      if (this.#stopped || !this.serving()) return;
+      await this.#takeOver();
+      this.drain();
+      if (++this.#ticks % 5 === 0) await this.#orphanInbox();
+    } catch (e) {
+      log.shared.warn("shared: cluster maintenance failed", { error: (e as Error).message });
+    } finally {
+      this.#ticking = false;
+    }
+  }
+
+  async #heartbeat(): Promise<void> {
+    let rows: unknown[];
+    try {
+      rows = await this.#sql("hb")(q.NODE_HEARTBEAT, [this.opts.nodeId, this.instance]);
+    } catch (e) {
+      if (!this.#beatFailed) {
+        this.#beatFailed = true;
+        log.shared.error("shared: cannot write the heartbeat", {
+          node_id: this.opts.nodeId,
+          error: (e as Error).message,
+        });
+      }
+      return;
+    }
+    if (rows.length === 0) {
+      // Another process joined under this id after this one was silent past the node timeout.
+      this.#stopped = true;
+      for (const id of [...this.#rt!.executions.active.keys()]) this.#rt!.executions.drop(id);
+      const msg = `node id \`${this.opts.nodeId}\` was taken by another process while this ` +
+        "one was not heartbeating; this server stops serving";
+      log.shared.error(`shared: ${msg}`, { node_id: this.opts.nodeId });
+      this.opts.onFatal(msg);
+      return;
+    }
+    const gap = this.now() - this.#lastBeat;
+    this.#lastBeat = this.now();
+    if (this.#beatFailed || gap > this.opts.nodeTimeoutMs) {
+      this.#beatFailed = false;
+      log.shared.info("shared: heartbeat written again; checking ownership", {
+        node_id: this.opts.nodeId,
+        silent_ms: gap,
+      });
+      await this.#reconcile();
+    }
+  }
+
+  /** After a silence: drop what this node no longer owns (at the epoch it holds). */
+  async #reconcile(): Promise<void> {
+    const ex = this.#rt!.executions;
+    const ids = [...ex.active.keys()];
+    if (ids.length === 0) return;
+    const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(q.OWNED_AMONG, [
+      this.opts.nodeId,
+      ids,
+    ]);
+    const owned = new Map(rows.map((r) => [r.execution_id, Number(r.epoch)]));
+    let dropped = 0;
+    for (const id of ids) {
+      const held = this.epochs.get(id);
+      if (owned.has(id) && owned.get(id) === held) continue;
+      const last = ex.active.get(id)?.state;
+      ex.drop(id);
+      if (last) this.#workers?.dropped(last);
+      dropped++;
+    }
+    if (dropped > 0) {
+      log.shared.warn("shared: dropped executions another node took over", {
+        node_id: this.opts.nodeId,
+        executions: dropped,
+      });
+    }
+  }
+
+  async #takeOver(): Promise<void> {
+    const dead = await this.#sql("hb")<{ root_id: string; node_id: string }>(q.DEAD_ROOTS, [
+      this.opts.nodeId,
+      this.opts.nodeTimeoutMs,
+    ]);
+    if (dead.length === 0) return;
+    const nodes = await this.#sql("hb")<{ node_id: string; age_ms: number }>(q.LIST_NODES);
+    const live = nodes.filter((n) => n.age_ms < this.opts.nodeTimeoutMs).map((n) => n.node_id);
+    if (!live.includes(this.opts.nodeId)) live.push(this.opts.nodeId);
+    const mine = new Map<string, string[]>();
+    for (const d of dead) {
+      if (rendezvousOwner(d.root_id, live) !== this.opts.nodeId) continue;
+      let list = mine.get(d.node_id);
+      if (!list) mine.set(d.node_id, list = []);
+      list.push(d.root_id);
+    }
+    for (const [from, roots] of mine) {
+      for (let i = 0; i < roots.length; i += TAKEOVER_BATCH) {
+        const batch = roots.slice(i, i + TAKEOVER_BATCH);
+        const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(q.TAKE_OVER, [
+          this.opts.nodeId,
+          batch,
+          from,
+          this.now(),
+        ]);
+        if (rows.length === 0) continue;
+        log.shared.warn("shared: taking over executions of a node that stopped heartbeating", {
+          from,
+          executions: rows.length,
+        });
+        const r = await this.#adopt(rows, from);
+        log.engine.info("shared: took ownership of executions", {
+          executions: r.executions,
+          in_flight: r.in_flight,
+          from,
+        });
+      }
+    }
+  }
+
+  /** Applies the inbox of the executions this node owns, in seq order (one drain at a time). */
+  drain(): void {
+    if (!this.#resumed || this.#stopped) return;
+    if (this.#draining) {
+      this.#drainAgain = true;
+      return;
+    }
+    this.#draining = (async () => {
+      try {
+        do {
+          this.#drainAgain = false;
+          const entries = await this.#sql("hb")<InboxEntry>(q.READ_INBOX, [
+            this.opts.nodeId,
+            500,
+          ]);
+          for (const e of entries) await this.#apply(e);
+          if (entries.length === 500) this.#drainAgain = true;
+        } while (this.#drainAgain && !this.#stopped);
+      } catch (e) {
+        log.shared.warn("shared: cannot read the inbox; retrying", {
+          error: (e as Error).message,
+        });
+      } finally {
+        this.#draining = null;
+      }
+    })();
+  }
+
+  /** Applies the pending entries of one execution now (a result that needs its dispatch). */
+  async #drainExecution(id: string): Promise<void> {
+    const entries = await this.#sql("req")<InboxEntry>(q.READ_INBOX_OF, [id]);
+    for (const e of entries) await this.#apply(e);
+  }
+
+  #cmdOf(e: InboxEntry): Command | null {
+    const p = e.payload;
+    switch (e.kind) {
+      case "dispatched":
+        return {
+          type: "dispatch",
+          step: String(p.step),
+          token: String(p.token),
+          worker_id: String(p.worker_id),
+          worker_session: String(p.worker_session),
+        };
+      case "complete":
+        return { type: "complete", token: String(p.token), output: p.output ?? null };
+      case "fail":
+        return {
+          type: "fail",
+          token: String(p.token),
+          error: p.error as { code: string; message: string },
+        };
+      case "uncertain":
+        return { type: "uncertain", token: String(p.token), reason: String(p.reason) };
+      case "signal":
+        return { type: "signal", name: String(p.name), payload: p.payload ?? null };
+      case "cancel":
+        return { type: "cancel", reason: String(p.reason ?? "cancelled by request") };
+      default:
+        return null;
+    }
+  }
+
+  async #apply(e: InboxEntry): Promise<void> {
+    if (this.#applying.has(e.seq)) return;
+    this.#applying.add(e.seq);
+    try {
+      const ex = this.#rt!.executions;
+      const cmd = this.#cmdOf(e);
+      if (!cmd) {
+        await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
+        return;
+      }
+      if (!ex.active.has(e.execution_id)) {
+        // Owned here (the inbox join says so) but not loaded: load it first.
+        const [o] = await this.#sql("hb")<{ node_id: string; epoch: number }>(q.OWNER_OF, [
+          e.execution_id,
+        ]);
+        if (!o || o.node_id !== this.opts.nodeId) return;
+        this.epochs.set(e.execution_id, Number(o.epoch));
+        await ex.load([e.execution_id]);
+      }
+      let r;
+      try {
+        r = await ex.command(e.execution_id, cmd, undefined, [e.seq]);
+      } catch (err) {
+        if (err instanceof OrbitError && err.status < 500) {
+          await this.#finish(e, { error: errorOf(err) });
+        }
+        return; // storage errors and fencing: the entry stays for the owner to apply
+      }
+      if (!r || r.events.length === 0) await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
+      if (cmd.type === "dispatch" && !r?.accepted) {
+        await this.#sql("hb")(q.CANCEL_TASK, [cmd.token]);
+      }
+      const m = this.#rt!.metrics;
+      if (cmd.type === "complete" || cmd.type === "fail") {
+        if (!r?.accepted) m.resultsIgnored.inc();
+        else if (cmd.type === "fail") m.tasksFailed.inc();
+        else m.tasksSucceeded.inc();
+      }
+      await this.#finish(e, this.#replyOf(cmd, r ?? null, e.execution_id));
+    } finally {
+      this.#applying.delete(e.seq);
+    }
+  }
+
+  #replyOf(
+    cmd: Command,
+    r: {
+      accepted: boolean;
+      state: ExecutionState;
+      events: readonly { type: string; seq: number }[];
+    } | null,
+    id: string,
+  ): Omit<Reply, "seq"> {
+    if (!r) {
+      return {
+        error: {
+          status: 409,
+          code: "EXECUTION_FINISHED",
+          message: `execution ${id} is not running`,
+        },
+      };
+    }
+    if (cmd.type === "signal") {
+      const received = r.events.find((ev) => ev.type === "SignalReceived");
+      if (!received) {
+        return {
+          error: {
+            status: 409,
+            code: "EXECUTION_FINISHED",
+            message: `execution ${id} is already ${r.state.status}`,
+          },
+        };
+      }
+      return { accepted: true, signal_seq: received.seq, row: rowOf(r.state, this.now()) };
+    }
+    return { accepted: r.accepted, row: rowOf(r.state, this.now()) };
+  }
+
+  async #finish(e: InboxEntry, reply: Omit<Reply, "seq">): Promise<void> {
+    if (reply.error) await this.#sql("hb")(q.DELETE_INBOX, [e.seq]).catch(() => {});
+    if (!e.reply_to) return;
+    const text = JSON.stringify({ seq: e.seq, ...reply });
+    await this.#sql("hb")(q.REPLY, [e.reply_to, text]).catch((err) =>
+      log.shared.warn("shared: cannot answer a forwarded command", {
+        execution_id: e.execution_id,
+        error: (err as Error).message,
+      })
+    );
+  }
+
+  /** Entries of executions nobody owns any more: answered as finished, then removed. */
+  async #orphanInbox(): Promise<void> {
+    const entries = await this.#sql("hb")<InboxEntry & { created_ms: number }>(
+      `${q.ORPHAN_INBOX.replace("ORDER BY", "AND i.created_ms < $2 ORDER BY")}`,
+      [100, this.now() - 2000],
+    );
+    for (const e of entries) {
+      const gone = await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
+      if (gone.length === 0) continue;
+      if (e.kind === "dispatched") {
+        await this.#sql("hb")(q.CANCEL_TASK, [String(e.payload.token)]);
+      }
+      if (e.kind === "complete" || e.kind === "fail") {
+        await this.#finish(e, { accepted: false });
+      } else {
+        await this.#finish(e, {
+          error: {
+            status: 409,
+            code: "EXECUTION_FINISHED",
+            message: `execution ${e.execution_id} is no longer running`,
+          },
+        });
+      }
+    }
+  }
+
+  /**
+   * RemoteCommands: applies `cmd` on the owner of `id`. Owned here but not loaded (a takeover
+   * in progress): loads it and applies it here. Owned elsewhere: the owner's inbox, and its
+   * reply (10 s at most). Null when nobody owns it.
+   */
+  async forward(
+    id: string,
+    cmd: Command,
+  ): Promise<{ accepted: boolean; row?: ExecutionRow; seq?: number } | null> {
+    const ex = this.#rt!.executions;
+    const [o] = await this.#sql("req")<{ node_id: string; epoch: number; addr: string | null }>(
+      q.OWNER_OF,
+      [id],
+    );
+    if (!o) return null;
+    if (o.node_id === this.opts.nodeId) {
+      if (!ex.active.has(id)) {
+        this.epochs.set(id, Number(o.epoch));
+        await ex.load([id]);
+      }
+      const r = await ex.command(id, cmd);
+      if (!r) return null;
+      const reply = this.#replyOf(cmd, r, id);
+      if (reply.error) {
+        throw new OrbitError(reply.error.status, reply.error.code, reply.error.message);
+      }
+      return {
+        accepted: reply.accepted ?? false,
+        ...(reply.row ? { row: reply.row } : {}),
+        ...(reply.signal_seq !== undefined ? { seq: reply.signal_seq } : {}),
+      };
+    }
+    const { kind, payload } = inboxOf(cmd);
+    const waits = cmd.type !== "uncertain";
+    const [sent] = await this.#sql("req")<{ seq: number }>(q.SEND_INBOX, [
+      o.node_id,
+      id,
+      kind,
+      payload,
+      this.now(),
+      waits ? this.opts.nodeId : null,
+    ]);
+    const seq = Number(sent!.seq);
+    if (!waits) return { accepted: true };
+    let reply = await this.#awaitReply(seq, FORWARD_WAIT_MS);
+    if (!reply) {
+      // Withdraw the entry: then it is certain it will never be applied, and a retry is safe.
+      const withdrawn = await this.#sql("req")(q.DELETE_INBOX, [seq]).catch(() => []);
+      if (withdrawn.length === 0) reply = await this.#awaitReply(seq, 2000);
+      if (!reply) {
+        throw new OrbitError(
+          503,
+          "OWNER_UNAVAILABLE",
+          `execution ${id} is owned by node \`${o.node_id}\`, which did not apply the request ` +
+            "within 10 s (it may have stopped; another node takes its executions over after " +
+            "--node-timeout); nothing was applied, retry",
+          { owner_node: o.node_id, retry_after_s: 1 },
+          { "retry-after": "1" },
+        );
+      }
+    }
+    if (reply.error) {
+      throw new OrbitError(reply.error.status, reply.error.code, reply.error.message);
+    }
+    return {
+      accepted: reply.accepted ?? false,
+      ...(reply.row ? { row: reply.row } : {}),
+      ...(reply.signal_seq !== undefined ? { seq: reply.signal_seq } : {}),
+    };
+  }
+
+  #awaitReply(seq: number, ms: number): Promise<Reply | null> {
+    const early = this.#early.get(seq);
+    if (early) {
+      this.#early.delete(seq);
+      return Promise.resolve(early);
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.#replies.delete(seq);
+        resolve(null);
+      }, ms);
+      this.#replies.set(seq, (r) => {
+        clearTimeout(timer);
+        this.#replies.delete(seq);
+        resolve(r);
+      });
+    });
+  }
+
+  /**
+   * Graceful leave (SIGTERM): stop, let in-flight appends finish, then set the heartbeat to 0
+   * so that the others take the executions over at once.
+   */
+  async stop(): Promise<void> {
+    if (this.#stopped && !this.#tick) return;
+    this.#stopped = true;
+    clearInterval(this.#tick);
+    this.#tick = undefined;
+    await this.#rt?.stop().catch(() => {});
+    if (this.#joined) {
+      try {
+        await this.#sql("hb")(q.NODE_LEAVE, [this.opts.nodeId, this.instance]);
+        log.shared.info(
+          "shared: left the cluster; other servers take over this server's executions",
+        );
+      } catch (e) {
+        log.shared.warn(
+          "shared: cannot leave the cluster; the others take over after --node-timeout",
+          {
+            error: (e as Error).message,
+          },
+        );
+      }
+    }
+    await Promise.all(
+      [this.#req, this.#hb, this.#listen].map((s) => s?.end({ timeout: 1 }).catch(() => {})),
+    );
+  }
+
+  /** Closes the connections without leaving (a start that failed). */
+  async abort(): Promise<void> {
+    this.#stopped = true;
+    clearInterval(this.#tick);
+    await this.#rt?.stop().catch(() => {});
+    await Promise.all(
+      [this.#req, this.#hb, this.#listen].map((s) => s?.end({ timeout: 1 }).catch(() => {})),
+    );
+  }
+}
+
+function errorOf(e: OrbitError): { status: number; code: string; message: string } {
+  return { status: e.status, code: e.code, message: e.message };
+}
+
+function inboxOf(cmd: Command): { kind: string; payload: Record<string, unknown> } {
+  switch (cmd.type) {
+    case "complete":
+      return { kind: "complete", payload: { token: cmd.token, output: cmd.output ?? null } };
+    case "fail":
+      return { kind: "fail", payload: { token: cmd.token, error: cmd.error } };
+    case "uncertain":
+      return { kind: "uncertain", payload: { token: cmd.token, reason: cmd.reason } };
+    case "signal":
+      return { kind: "signal", payload: { name: cmd.name, payload: cmd.payload ?? null } };
+    case "cancel":
+      return { kind: "cancel", payload: { reason: cmd.reason } };
+    default:
+      throw new Error(`Cannot forward a ${cmd.type} command`);
+  }
+}

@@ -1,0 +1,525 @@
+/**
+ * Shared mode's worker service (reference page, "Task queue" and "Worker sessions"): the
+ * routes' WorkerService over the shared tables, so that a worker can register, poll,
+ * heartbeat and report through any server.
+ *
+ * State model.
+ *   Sessions live in `orbit_sessions`; this server caches the ones it served. Last contacts
+ *   are collected in memory and written every 250 ms (a poll in progress counts as contact).
+ *   A session silent for --session-timeout is removed by whichever server notices; the
+ *   worker then gets 404 UNKNOWN_SESSION and registers again, as on one server.
+ *   Tasks live in `orbit_tasks`, queued by their owner in the transaction of StepScheduled
+ *   (lib/shared_changes.ts). A poll claims the oldest rows the session serves in one
+ *   statement (sql/postgres/shared.ts, CLAIM_TASKS); for executions owned here it then
+ *   records StepDispatched itself, for the others the claim wrote a `dispatched` inbox entry
+ *   in the same statement and the task goes to the worker at once.
+ *   Attempts of executions owned here are watched: every 500 ms the owner reads the last
+ *   contact of the sessions holding them; a session silent past --session-timeout, or gone,
+ *   makes its attempts uncertain (redelivered with the same idempotency key). Attempts of
+ *   executions taken over from a dead node are redelivered one --session-timeout after the
+ *   takeover unless their result arrives (their worker may never have received them).
+ *
+ * Failure handling: a dispatch that cannot be recorded puts the row back on the queue; a
+ * claim for an execution that no longer wants it is cancelled, and the worker hears it on its
+ * next heartbeat. Long polls wake on NOTIFY orbit_tasks and look again every second.
+ */
+import type postgres from "postgres";
+import type { ErrorInfo, HistoryEvent } from "../lib/engine/events.ts";
+import { type ExecutionState, liveTokens, stepOfToken } from "../lib/engine/state.ts";
+import { executionOfToken, type Executions } from "../lib/executions.ts";
+import { notFound } from "../lib/errors.ts";
+import type { Metrics } from "../lib/metrics.ts";
+import { log } from "../lib/log.ts";
+import type { Session, TaskPayload, TaskRegistration, WorkerService } from "../lib/workers.ts";
+import * as q from "../sql/postgres/shared.ts";
+
+const CONTACT_FLUSH_MS = 250;
+const CONTACT_CHECK_MS = 500;
+const POLL_RECHECK_MS = 1000;
+
+export interface SharedWorkersOptions {
+  nodeId: string;
+  sessionTimeoutMs: number;
+  now: () => number;
+  newId: () => string;
+  /** The request-path client (claims, sessions). */
+  sql: postgres.Sql;
+  /** Applies the inbox entries of one execution owned here (a result may need its dispatch). */
+  drainInbox(executionId: string): Promise<void>;
+}
+
+interface SessionRecord {
+  session_id: string;
+  worker_id: string;
+  runtime: string;
+  tasks: TaskRegistration[];
+  concurrency: number;
+  last_contact_ms: number;
+  created_ms: number;
+}
+
+interface ClaimedRow {
+  id: number;
+  execution_id: string;
+  run_id: string;
+  step: string;
+  attempt: number;
+  unit: string;
+  token: string;
+  payload: Record<string, unknown>;
+  owner_node: string | null;
+}
+
+export class SharedWorkers implements WorkerService {
+  readonly sessions = new Map<string, Session>();
+  /** Tasks this server handed to workers since it started (health: tasks_claimed). */
+  tasksClaimed = 0;
+  #contacts = new Map<string, number>();
+  #wakers = new Set<() => void>();
+  /** Live attempts of executions owned here: token → session. */
+  #held = new Map<string, { execution_id: string; session: string; worker_id: string }>();
+  /** Attempts taken over from a dead node: token → when to redeliver if nothing arrived. */
+  #orphans = new Map<string, number>();
+  #timers: ReturnType<typeof setInterval>[] = [];
+  #checking = false;
+  #stopped = false;
+
+  constructor(
+    readonly executions: Executions,
+    readonly metrics: Metrics,
+    readonly opts: SharedWorkersOptions,
+  ) {
+    executions.observer = this;
+  }
+
+  #q<T>(text: string, params: unknown[] = []): Promise<T[]> {
+    return this.opts.sql.unsafe(text, params as postgres.ParameterOrJSON<never>[], {
+      prepare: true,
+    }) as unknown as Promise<T[]>;
+  }
+
+  start(): void {
+    this.#timers.push(setInterval(() => this.#flushContacts(), CONTACT_FLUSH_MS));
+    this.#timers.push(setInterval(() => this.#checkSessions(), CONTACT_CHECK_MS));
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    for (const t of this.#timers) clearInterval(t);
+    this.#timers = [];
+    for (const w of [...this.#wakers]) w();
+  }
+
+  /** NOTIFY orbit_tasks (or a local enqueue): waiting polls look again. */
+  wake(): void {
+    for (const w of [...this.#wakers]) w();
+  }
+
+  /** Attempts of executions just taken over: redelivered after a session timeout. */
+  adoptOrphans(tokens: string[]): void {
+    const at = this.opts.now() + this.opts.sessionTimeoutMs;
+    for (const t of tokens) this.#orphans.set(t, at);
+  }
+
+  async register(
+    r: Pick<Session, "worker_id" | "runtime" | "tasks" | "concurrency">,
+  ): Promise<string> {
+    const now = this.opts.now();
+    const id = this.opts.newId();
+    await this.#q(q.INSERT_SESSION, [id, r.worker_id, r.runtime, r.tasks, r.concurrency, now]);
+    this.#cache({
+      session_id: id,
+      worker_id: r.worker_id,
+      runtime: r.runtime,
+      tasks: r.tasks,
+      concurrency: r.concurrency,
+      last_contact_ms: now,
+      created_ms: now,
+    });
+    log.engine.info("worker registered", {
+      worker_id: r.worker_id,
+      runtime: r.runtime,
+      tasks: r.tasks.length,
+    });
+    return id;
+  }
+
+  #cache(rec: SessionRecord): Session {
+    const s: Session = {
+      ...rec,
+      polling: 0,
+      tokens: new Set(),
+      cancel: new Set(),
+      told: new Set(),
+    };
+    this.sessions.set(rec.session_id, s);
+    return s;
+  }
+
+  /** The session, from the cache or the table; 404 UNKNOWN_SESSION when it is gone. */
+  async #session(id: string): Promise<Session> {
+    let s = this.sessions.get(id);
+    if (!s) {
+      const [rec] = await this.#q<SessionRecord>(q.GET_SESSION, [id]);
+      if (rec) s = this.#cache(rec);
+    }
+    if (!s) {
+      throw notFound(
+        "UNKNOWN_SESSION",
+        `worker session ${id} is unknown or expired; register again`,
+      );
+    }
+    this.#touch(s);
+    return s;
+  }
+
+  #touch(s: Session): void {
+    const now = this.opts.now();
+    s.last_contact_ms = now;
+    this.#contacts.set(s.session_id, now);
+  }
+
+  async poll(
+    sessionId: string,
+    max: number,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<TaskPayload[]> {
+    const s = await this.#session(sessionId);
+    const started = performance.now();
+    const end = this.opts.now() + waitMs;
+    s.polling++;
+    try {
+      max = Math.max(1, Math.min(max, s.concurrency));
+      for (;;) {
+        const tasks = await this.#claim(s, max);
+        if (tasks.length > 0 || signal?.aborted) return this.#delivered(s, tasks, signal);
+        const left = end - this.opts.now();
+        if (left <= 0 || this.#stopped || !this.sessions.has(s.session_id)) return [];
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            clearTimeout(timer);
+            this.#wakers.delete(done);
+            signal?.removeEventListener("abort", done);
+            resolve();
+          };
+          const timer = setTimeout(done, Math.min(POLL_RECHECK_MS, left));
+          this.#wakers.add(done);
+          signal?.addEventListener("abort", done);
+        });
+      }
+    } finally {
+      s.polling--;
+      this.#touch(s);
+      this.metrics.pollLatency.observe((performance.now() - started) / 1000);
+    }
+  }
+
+  /** Claims up to `max` tasks for the session and records the dispatches owned here. */
+  async #claim(s: Session, max: number): Promise<TaskPayload[]> {
+    const now = this.opts.now();
+    const rows = await this.#q<ClaimedRow>(q.CLAIM_TASKS, [
+      s.tasks.map((t) => ({
+        task_name: t.name,
+        contract_version: t.contract,
+        lang: t.language ?? s.runtime,
+      })),
+      max,
+      this.opts.nodeId,
+      s.session_id,
+      s.worker_id,
+      now,
+    ]);
+    const out = await Promise.all(rows.map(async (row): Promise<TaskPayload | null> => {
+      const timeout = row.payload.timeout_ms;
+      const task: TaskPayload = {
+        token: row.token,
+        execution_id: row.execution_id,
+        step: row.step,
+        attempt: row.attempt,
+        task: String(row.payload.task),
+        contract: String(row.payload.contract),
+        input: row.payload.input,
+        idempotency_key: String(row.payload.idempotency_key),
+        redelivery: row.payload.redelivery === true,
+        deadline_ms: typeof timeout === "number" ? now + timeout : null,
+      };
+      if (row.owner_node === null) {
+        // Nobody owns it any more: the execution finished; the row is dropped.
+        await this.#q(q.CANCEL_TASK, [row.token]).catch(() => {});
+        return null;
+      }
+      if (row.owner_node !== this.opts.nodeId) return task; // the owner records the dispatch
+      try {
+        const r = await this.executions.command(row.execution_id, {
+          type: "dispatch",
+          step: row.step,
+          token: row.token,
+          worker_id: s.worker_id,
+          worker_session: s.session_id,
+        });
+        if (r === null) {
+          // Owned here but not in memory yet (a takeover is loading it): back on the queue.
+          await this.#q(q.REQUEUE_TASK, [row.token]);
+          return null;
+        }
+        if (!r.accepted) {
+          await this.#q(q.CANCEL_TASK, [row.token]);
+          return null;
+        }
+        const st = r.state.steps[row.step];
+        if (st) task.deadline_ms = st.deadline_ms;
+        return task;
+      } catch (e) {
+        log.engine.error("dispatch failed; task stays queued", {
+          execution_id: row.execution_id,
+          step: row.step,
+          error: (e as Error).message,
+        });
+        await this.#q(q.REQUEUE_TASK, [row.token]).catch(() => {});
+        return null;
+      }
+    }));
+    const tasks = out.filter((t): t is TaskPayload => t !== null);
+    this.tasksClaimed += tasks.length;
+    this.metrics.tasksDispatched.inc({}, tasks.length);
+    return tasks;
+  }
+
+  /** A worker that went away before the answer never saw these attempts. */
+  #delivered(s: Session, tasks: TaskPayload[], signal?: AbortSignal): TaskPayload[] {
+    if (!signal?.aborted) return tasks;
+    for (const t of tasks) {
+      const cmd = {
+        type: "uncertain" as const,
+        token: t.token,
+        reason: `the request of worker \`${s.worker_id}\` closed before the task was delivered`,
+      };
+      this.#onOwner(t.execution_id, cmd);
+    }
+    return [];
+  }
+
+  /** Runs an uncertain command on the execution's owner, here or through its inbox. */
+  #onOwner(id: string, cmd: { type: "uncertain"; token: string; reason: string }): void {
+    if (this.executions.active.has(id)) {
+      this.executions.uncertain(id, cmd.token, cmd.reason);
+    } else if (this.executions.remote) {
+      this.executions.remote.forward(id, cmd).catch((e) =>
+        log.engine.error("cannot forward an uncertain attempt", {
+          execution_id: id,
+          error: (e as Error).message,
+        })
+      );
+    }
+  }
+
+  async heartbeat(sessionId: string, tokens: string[]): Promise<string[]> {
+    const s = await this.#session(sessionId);
+    const cancel = new Set(
+      (await this.#q<{ token: string }>(q.TAKE_CANCELLED, [sessionId])).map((r) => r.token),
+    );
+    // A token no server knows any more (its result was applied, or it never existed).
+    const unknown = tokens.filter((t) => !cancel.has(t) && !s.told.has(t));
+    if (unknown.length > 0) {
+      const known = new Set(
+        (await this.#q<{ token: string }>(q.KNOWN_TOKENS, [unknown])).map((r) => r.token),
+      );
+      for (const t of unknown) {
+        const id = executionOfToken(t);
+        const st = id ? this.executions.active.get(id)?.state : undefined;
+        if (!known.has(t) && !(st && stepOfToken(st, t))) cancel.add(t);
+      }
+    }
+    for (const t of cancel) s.told.add(t);
+    if (s.told.size > 10_000) s.told.clear();
+    return [...cancel];
+  }
+
+  async unregister(sessionId: string): Promise<void> {
+    const s = await this.#session(sessionId);
+    this.sessions.delete(sessionId);
+    this.#contacts.delete(sessionId);
+    await this.#q(q.DELETE_SESSION, [sessionId]);
+    const held = await this.#q<{ token: string; execution_id: string }>(
+      "SELECT token, execution_id FROM orbit_tasks WHERE session_id = $1 AND state = 'claimed'",
+      [sessionId],
+    );
+    for (const h of held) {
+      this.#onOwner(h.execution_id, {
+        type: "uncertain",
+        token: h.token,
+        reason: `worker \`${s.worker_id}\` unregistered while holding the attempt`,
+      });
+    }
+  }
+
+  async report(
+    token: string,
+    result: { output: unknown } | { error: ErrorInfo },
+    take?: { sessionId: string; maxTasks: number },
+  ): Promise<{ accepted: boolean; tasks: TaskPayload[] }> {
+    const id = executionOfToken(token);
+    const a = id ? this.executions.active.get(id) : undefined;
+    // The dispatch of this token may still be in this node's inbox (a fast worker reported
+    // before the owner recorded it): apply the inbox first, in order.
+    if (id && a && !stepOfToken(a.state, token)) await this.opts.drainInbox(id);
+    const r = await this.executions.report(token, result);
+    if (take) {
+      const s = this.sessions.get(take.sessionId);
+      if (s) this.#touch(s);
+    }
+    return { accepted: r.accepted, tasks: [] };
+  }
+
+  async list(): Promise<unknown[]> {
+    const rows = await this.#q<SessionRecord & { in_flight: number }>(
+      `SELECT s.*, (SELECT count(*) FROM orbit_tasks t WHERE t.session_id = s.session_id
+         AND t.state = 'claimed') AS in_flight FROM orbit_sessions s ORDER BY s.created_ms`,
+    );
+    return rows.map((r) => ({
+      session_id: r.session_id,
+      worker_id: r.worker_id,
+      runtime: r.runtime,
+      tasks: r.tasks,
+      concurrency: r.concurrency,
+      created_ms: r.created_ms,
+      last_contact_ms: Math.max(r.last_contact_ms, this.#contacts.get(r.session_id) ?? 0),
+      in_flight: Number(r.in_flight),
+    }));
+  }
+
+  installed(
+    prev: ExecutionState | null,
+    next: ExecutionState,
+    events: readonly HistoryEvent[] = [],
+  ): void {
+    let queued = false;
+    for (const e of events) {
+      if (e.type === "StepScheduled") queued = true;
+      if (e.type === "StepAttemptUncertain") {
+        queued = true;
+        this.metrics.tasksRedelivered.inc();
+        log.engine.warn("attempt outcome uncertain; redelivering", {
+          execution_id: next.execution_id,
+          step: e.step,
+          attempt: e.attempt,
+          reason: e.reason,
+        });
+      }
+    }
+    const live = new Set<string>();
+    for (const { token, info } of liveTokens(next)) {
+      live.add(token);
+      if (next.phase === "closed") continue;
+      const uncertain = (info as { uncertain?: boolean }).uncertain === true;
+      if (!uncertain && !this.#held.has(token)) {
+        this.#held.set(token, {
+          execution_id: next.execution_id,
+          session: info.worker_session,
+          worker_id: info.worker_id,
+        });
+      }
+      if (uncertain) this.#held.delete(token);
+    }
+    if (prev) {
+      for (const { token } of liveTokens(prev)) {
+        if (live.has(token) && next.phase !== "closed") continue;
+        this.#held.delete(token);
+        this.#orphans.delete(token);
+      }
+    }
+    if (queued) this.wake();
+  }
+
+  dropped(last: ExecutionState): void {
+    for (const { token } of liveTokens(last)) {
+      this.#held.delete(token);
+      this.#orphans.delete(token);
+    }
+  }
+
+  async #flushContacts(): Promise<void> {
+    for (const s of this.sessions.values()) {
+      if (s.polling > 0) this.#contacts.set(s.session_id, this.opts.now());
+    }
+    if (this.#contacts.size === 0) return;
+    const batch = [...this.#contacts];
+    this.#contacts.clear();
+    try {
+      await this.#q(q.TOUCH_SESSIONS, [batch.map(([id, ms]) => ({ id, ms }))]);
+    } catch {
+      for (const [id, ms] of batch) {
+        this.#contacts.set(id, Math.max(ms, this.#contacts.get(id) ?? 0));
+      }
+    }
+  }
+
+  /** The owner's watch over the sessions holding its attempts (every 500 ms). */
+  async #checkSessions(): Promise<void> {
+    if (this.#checking) return;
+    this.#checking = true;
+    try {
+      const now = this.opts.now();
+      for (const [token, at] of [...this.#orphans]) {
+        if (at > now) continue;
+        this.#orphans.delete(token);
+        const h = this.#held.get(token);
+        const id = h?.execution_id ?? executionOfToken(token);
+        if (!id) continue;
+        this.#held.delete(token);
+        this.executions.uncertain(
+          id,
+          token,
+          "no result arrived within --session-timeout after this node took the execution over",
+        );
+      }
+      const sessions = new Set<string>();
+      for (const h of this.#held.values()) sessions.add(h.session);
+      if (sessions.size > 0) {
+        const rows = await this.#q<{ session_id: string; last_contact_ms: number }>(
+          q.SESSION_CONTACTS,
+          [[...sessions]],
+        );
+        const contact = new Map(rows.map((r) => [r.session_id, r.last_contact_ms]));
+        for (const [token, h] of [...this.#held]) {
+          const local = this.sessions.get(h.session);
+          if (local && local.polling > 0) continue;
+          const last = Math.max(contact.get(h.session) ?? -Infinity, local?.last_contact_ms ?? 0);
+          if (contact.has(h.session) && now - last <= this.opts.sessionTimeoutMs) continue;
+          if (!contact.has(h.session) && local && now - last <= this.opts.sessionTimeoutMs) {
+            continue;
+          }
+          this.#held.delete(token);
+          this.#orphans.delete(token);
+          this.executions.uncertain(
+            h.execution_id,
+            token,
+            `worker \`${h.worker_id}\` stopped responding`,
+          );
+        }
+      }
+      // Sessions silent past the timeout are gone for every server (404 UNKNOWN_SESSION).
+      const expired = await this.#q<{ session_id: string }>(q.EXPIRE_SESSIONS, [
+        this.opts.sessionTimeoutMs + 1000,
+        now,
+      ]);
+      for (const { session_id } of expired) {
+        const s = this.sessions.get(session_id);
+        if (s && s.polling > 0) continue;
+        this.sessions.delete(session_id);
+        log.engine.info("worker session expired", { session_id, worker_id: s?.worker_id });
+      }
+      // A cached session another server removed.
+      for (const s of [...this.sessions.values()]) {
+        if (s.polling === 0 && now - s.last_contact_ms > this.opts.sessionTimeoutMs + 1000) {
+          this.sessions.delete(s.session_id);
+        }
+      }
+    } catch (e) {
+      log.engine.warn("cannot check worker sessions", { error: (e as Error).message });
+    } finally {
+      this.#checking = false;
+    }
+  }
+}

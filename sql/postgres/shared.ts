@@ -1,0 +1,380 @@
+/**
+ * Shared mode (reference page, "Shared mode (several active servers)"): the statements of
+ * ownership, heartbeats, takeover, the task queue, the inbox and worker sessions. Used by
+ * `lib/store/postgres.ts` (the owned commit) and `cluster/shared_db.ts` (everything else).
+ *
+ * Liveness uses the database clock (`DB_NOW`), never a server's own.
+ */
+import { EXECUTION_COLUMNS } from "./queries.ts";
+
+/**
+ * A text list parameter: sent as a jsonb array (the clients skip the catalog lookup that
+ * native array parameters need).
+ */
+const list = (n: number) => `(SELECT jsonb_array_elements_text($${n}::jsonb))`;
+
+/** The database clock in epoch milliseconds. */
+export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+// ---------------------------------------------------------------------------------------------
+// The owned commit
+
+/**
+ * The commit of a shared-mode server, as ONE statement: the single-server commit plus, per
+ * execution, the ownership check and what changes around its history.
+ *
+ * - `own` locks the ownership rows of the batch's existing executions FOR SHARE (a takeover's
+ *   UPDATE waits for this statement, and this statement, started after a takeover, sees the
+ *   new epoch); `ok` keeps the items whose row still names this node at the epoch it holds,
+ *   and every create (its ownership row is inserted here, epoch as given).
+ * - Events, rows, task rows and inbox deletions are written for `ok` items only; the others
+ *   come back in `fenced` with the row's current owner, and the store raises FencedError for
+ *   each of them while the rest of the batch is committed.
+ * - A terminal status deletes the ownership row; `continued` keeps it (continue-as-new keeps
+ *   owner and epoch).
+ * - Task rows: `enqueue` inserts queued rows (NOTIFY orbit_tasks), `gone` deletes queued rows
+ *   of units no longer queued, `cancel` marks claimed attempts the owner no longer needs,
+ *   `done` deletes the rows of attempts whose result was recorded.
+ *
+ * Params: $1 rows (+ is_create, owner_node, owner_epoch), $2 events, $3 enqueue
+ * [{execution_id, run_id, step, attempt, unit, task_name, contract_version, language,
+ * enqueued_ms, payload}], $4 gone [{execution_id, unit}], $5 cancel [{execution_id, token}],
+ * $6 done [{execution_id, token}], $7 inbox entries applied [{execution_id, seq}].
+ */
+export const COMMIT_OWNED = `
+WITH item AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
+    execution_id text, run_id text, root_id text, parent_id text, workflow text, version text,
+    status text, input jsonb, output jsonb, error jsonb, created_ms bigint, closed_ms bigint,
+    updated_ms bigint, last_seq bigint, is_create boolean, owner_node text, owner_epoch bigint)
+),
+own AS (
+  SELECT o.execution_id, o.node_id, o.epoch FROM orbit_owners o
+  WHERE o.execution_id IN (SELECT execution_id FROM item WHERE NOT is_create)
+  FOR SHARE
+),
+ok AS (
+  SELECT i.execution_id FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
+  WHERE i.is_create OR (o.node_id = i.owner_node AND o.epoch = i.owner_epoch)
+),
+ev AS (
+  INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data)
+  SELECT e.run_id, (e.data->>'seq')::bigint, e.execution_id, e.data->>'type',
+    (e.data->>'time_ms')::bigint, e.data
+  FROM jsonb_to_recordset($2::jsonb) AS e(run_id text, execution_id text, data jsonb)
+  WHERE e.execution_id IN (SELECT execution_id FROM ok)
+  RETURNING 1
+),
+created AS (
+  INSERT INTO workflow_executions (${EXECUTION_COLUMNS})
+  SELECT ${EXECUTION_COLUMNS} FROM item WHERE is_create
+  RETURNING 1
+),
+updated AS (
+  INSERT INTO workflow_executions (${EXECUTION_COLUMNS})
+  SELECT ${EXECUTION_COLUMNS} FROM item
+  WHERE NOT is_create AND execution_id IN (SELECT execution_id FROM ok)
+  ON CONFLICT (execution_id) DO UPDATE SET
+    run_id = excluded.run_id, root_id = excluded.root_id, parent_id = excluded.parent_id,
+    workflow = excluded.workflow, version = excluded.version, status = excluded.status,
+    input = excluded.input, output = excluded.output, error = excluded.error,
+    closed_ms = excluded.closed_ms, updated_ms = excluded.updated_ms,
+    last_seq = excluded.last_seq
+  RETURNING 1
+),
+owner_in AS (
+  INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+  SELECT execution_id, root_id, owner_node, owner_epoch, updated_ms FROM item
+  WHERE is_create AND status IN ('running', 'continued')
+  RETURNING 1
+),
+owner_out AS (
+  DELETE FROM orbit_owners WHERE execution_id IN (
+    SELECT execution_id FROM item
+    WHERE NOT is_create AND status NOT IN ('running', 'continued')
+      AND execution_id IN (SELECT execution_id FROM ok))
+  RETURNING 1
+),
+task_in AS (
+  INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+    contract_version, language, state, enqueued_ms, payload)
+  SELECT t.execution_id, t.run_id, t.step, t.attempt, t.unit, t.task_name, t.contract_version,
+    t.language, 'queued', t.enqueued_ms, t.payload
+  FROM jsonb_to_recordset($3::jsonb) AS t(execution_id text, run_id text, step text,
+    attempt integer, unit text, task_name text, contract_version text, language text,
+    enqueued_ms bigint, payload jsonb)
+  WHERE t.execution_id IN (SELECT execution_id FROM ok)
+  ON CONFLICT (unit) DO NOTHING
+  RETURNING 1
+),
+task_gone AS (
+  DELETE FROM orbit_tasks WHERE state = 'queued' AND unit IN (
+    SELECT g.unit FROM jsonb_to_recordset($4::jsonb) AS g(execution_id text, unit text)
+    WHERE g.execution_id IN (SELECT execution_id FROM ok))
+  RETURNING 1
+),
+task_cancel AS (
+  UPDATE orbit_tasks SET state = 'cancelled' WHERE state = 'claimed' AND (
+    token IN (SELECT c.token FROM jsonb_to_recordset($5::jsonb) AS c(execution_id text, token text)
+              WHERE c.execution_id IN (SELECT execution_id FROM ok))
+    OR unit IN (SELECT g.unit FROM jsonb_to_recordset($4::jsonb) AS g(execution_id text, unit text)
+                WHERE g.execution_id IN (SELECT execution_id FROM ok)))
+  RETURNING 1
+),
+task_done AS (
+  DELETE FROM orbit_tasks WHERE token IN (
+    SELECT d.token FROM jsonb_to_recordset($6::jsonb) AS d(execution_id text, token text)
+    WHERE d.execution_id IN (SELECT execution_id FROM ok))
+  RETURNING 1
+),
+inbox_done AS (
+  DELETE FROM orbit_inbox WHERE seq IN (
+    SELECT x.seq FROM jsonb_to_recordset($7::jsonb) AS x(execution_id text, seq bigint)
+    WHERE x.execution_id IN (SELECT execution_id FROM ok))
+  RETURNING 1
+),
+notify_tasks AS (
+  SELECT pg_notify('orbit_tasks', '') FROM (SELECT 1 FROM task_in LIMIT 1) x
+),
+notify_done AS (
+  SELECT pg_notify('orbit_done', i.execution_id) FROM item i
+  WHERE i.status IN ('completed', 'failed', 'cancelled', 'timed_out')
+    AND i.execution_id IN (SELECT execution_id FROM ok)
+)
+SELECT (SELECT count(*) FROM ev) AS events,
+  (SELECT count(*) FROM created) + (SELECT count(*) FROM updated) AS executions,
+  (SELECT count(*) FROM owner_in) + (SELECT count(*) FROM owner_out) AS owners,
+  (SELECT count(*) FROM task_in) + (SELECT count(*) FROM task_gone)
+    + (SELECT count(*) FROM task_cancel) + (SELECT count(*) FROM task_done) AS tasks,
+  (SELECT count(*) FROM inbox_done) AS inbox,
+  (SELECT count(*) FROM notify_tasks) + (SELECT count(*) FROM notify_done) AS notified,
+  (SELECT coalesce(json_agg(json_build_object('execution_id', i.execution_id,
+     'node_id', o.node_id, 'epoch', o.epoch)), '[]'::json)
+   FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
+   WHERE NOT i.is_create AND i.execution_id NOT IN (SELECT execution_id FROM ok)) AS fenced`;
+
+// ---------------------------------------------------------------------------------------------
+// orbit_nodes: membership and heartbeats
+
+/**
+ * Joins the cluster under a node id: writes this process's instance, unless another instance
+ * of the id heartbeated within the node timeout (a clash: no row comes back). A row left by a
+ * graceful leave (heartbeat 0) or a dead process is taken. Params: $1 node_id, $2 addr,
+ * $3 instance, $4 node timeout ms.
+ */
+export const NODE_JOIN = `
+INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance)
+VALUES ($1, $2, ${DB_NOW}, ${DB_NOW}, $3)
+ON CONFLICT (node_id) DO UPDATE SET addr = excluded.addr, heartbeat_ms = excluded.heartbeat_ms,
+  started_ms = excluded.started_ms, instance = excluded.instance
+WHERE orbit_nodes.instance IS NOT DISTINCT FROM excluded.instance
+   OR orbit_nodes.heartbeat_ms < ${DB_NOW} - $4::bigint
+RETURNING heartbeat_ms`;
+
+/** The heartbeat; no row: another process took this node id. Params: $1 node_id, $2 instance. */
+export const NODE_HEARTBEAT = `
+UPDATE orbit_nodes SET heartbeat_ms = ${DB_NOW} WHERE node_id = $1 AND instance = $2
+RETURNING heartbeat_ms`;
+
+/** A graceful leave: heartbeat 0, so the others take over at once. Params: $1 node_id, $2 instance. */
+export const NODE_LEAVE = `
+UPDATE orbit_nodes SET heartbeat_ms = 0 WHERE node_id = $1 AND instance = $2`;
+
+/**
+ * Every node with its heartbeat age on the database clock and how many executions it owns.
+ */
+export const LIST_NODES = `
+SELECT n.node_id, n.addr, n.heartbeat_ms, ${DB_NOW} - n.heartbeat_ms AS age_ms,
+  (SELECT count(*) FROM orbit_owners o WHERE o.node_id = n.node_id) AS owned
+FROM orbit_nodes n ORDER BY n.node_id`;
+
+// ---------------------------------------------------------------------------------------------
+// orbit_owners: takeover
+
+/**
+ * Roots owned by nodes that are dead (no heartbeat within $2 ms, or no row at all), other than
+ * $1. Params: $1 node_id, $2 node timeout ms.
+ */
+export const DEAD_ROOTS = `
+SELECT DISTINCT o.root_id, o.node_id FROM orbit_owners o
+LEFT JOIN orbit_nodes n ON n.node_id = o.node_id
+WHERE o.node_id <> $1 AND (n.node_id IS NULL OR n.heartbeat_ms < ${DB_NOW} - $2::bigint)
+ORDER BY o.root_id LIMIT 10000`;
+
+/**
+ * The single-winner takeover of a batch of trees from one dead node: a second server trying
+ * the same rows waits for the first, re-reads them and updates nothing.
+ * Params: $1 me, $2 root ids, $3 dead node, $4 now.
+ */
+export const TAKE_OVER = `
+UPDATE orbit_owners SET node_id = $1, epoch = epoch + 1, since_ms = $4
+WHERE root_id IN ${list(2)} AND node_id = $3
+RETURNING execution_id, root_id, epoch`;
+
+/** A restart under the same node id fences the previous process. Params: $1 me, $2 now. */
+export const BUMP_OWN_EPOCHS = `
+UPDATE orbit_owners SET epoch = epoch + 1, since_ms = $2 WHERE node_id = $1
+RETURNING execution_id, root_id, epoch`;
+
+/** The owner of one execution. Params: $1 execution_id. */
+export const OWNER_OF = `
+SELECT o.node_id, o.epoch, n.addr FROM orbit_owners o
+LEFT JOIN orbit_nodes n ON n.node_id = o.node_id WHERE o.execution_id = $1`;
+
+/** Which of these executions this node owns, at which epoch. Params: $1 me, $2 ids. */
+export const OWNED_AMONG = `
+SELECT execution_id, epoch FROM orbit_owners WHERE node_id = $1 AND execution_id IN ${list(2)}`;
+
+// ---------------------------------------------------------------------------------------------
+// orbit_tasks: the shared queue
+
+/**
+ * Claims up to $4 of the oldest queued tasks a session serves, and in the same statement
+ * writes a `dispatched` inbox entry for each one whose owner is another node (so the owner
+ * records StepDispatched); NOTIFY orbit_inbox tells that owner. SKIP LOCKED lets servers
+ * claim different rows at once.
+ * Params: $1 registrations [{task_name, contract_version, lang}] (lang: the registration's
+ * language, else the session's runtime), $2 limit, $3 me, $4 session_id, $5 worker_id, $6 now.
+ */
+export const CLAIM_TASKS = `
+WITH reg AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(task_name text, contract_version text, lang text)
+),
+c AS (
+  SELECT t.id FROM orbit_tasks t
+  WHERE t.state = 'queued' AND EXISTS (
+    SELECT 1 FROM reg r WHERE r.task_name = t.task_name AND r.contract_version = t.contract_version
+      AND (t.language IS NULL OR t.language = 'any' OR t.language = r.lang))
+  ORDER BY t.enqueued_ms, t.id LIMIT $2 FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+  UPDATE orbit_tasks t SET state = 'claimed', token = t.execution_id || '/' || gen_random_uuid(),
+    claimed_by = $3, session_id = $4, claimed_ms = $6
+  FROM c WHERE t.id = c.id
+  RETURNING t.id, t.execution_id, t.run_id, t.step, t.attempt, t.unit, t.token, t.payload
+),
+owner AS (
+  SELECT c.*, o.node_id AS owner_node FROM claimed c
+  LEFT JOIN orbit_owners o ON o.execution_id = c.execution_id
+),
+forwarded AS (
+  INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms)
+  SELECT owner_node, execution_id, 'dispatched',
+    jsonb_build_object('step', step, 'attempt', attempt, 'unit', unit, 'token', token,
+      'worker_id', $5::text, 'worker_session', $4::text), $6
+  FROM owner WHERE owner_node IS NOT NULL AND owner_node <> $3
+  ORDER BY id
+  RETURNING node_id
+),
+notified AS (
+  SELECT pg_notify('orbit_inbox', n.node_id) FROM (SELECT DISTINCT node_id FROM forwarded) n
+)
+SELECT o.*, (SELECT count(*) FROM notified) AS notified FROM owner o ORDER BY o.id`;
+
+/** Puts a claimed task back on the queue (its dispatch could not be recorded). Params: $1 token. */
+export const REQUEUE_TASK = `
+UPDATE orbit_tasks SET state = 'queued', token = NULL, claimed_by = NULL, session_id = NULL,
+  claimed_ms = NULL
+WHERE token = $1 AND state = 'claimed'
+RETURNING pg_notify('orbit_tasks', '')`;
+
+/** Marks a claimed attempt cancelled (the owner refused its dispatch). Params: $1 token. */
+export const CANCEL_TASK = `
+UPDATE orbit_tasks SET state = 'cancelled' WHERE token = $1 AND state = 'claimed'`;
+
+/**
+ * Every task row of the executions a node just took over or resumed, so their queue is
+ * rebuilt: queued rows stay queued; claimed rows whose attempt the history does not show
+ * dispatched go back on the queue (the claiming server died between claim and dispatch).
+ * Params: $1 execution ids.
+ */
+export const TASKS_OF = `
+SELECT execution_id, unit, token, state, claimed_by FROM orbit_tasks
+WHERE execution_id IN ${list(1)}`;
+
+/** The cancel notices of a session, each reported once. Params: $1 session_id. */
+export const TAKE_CANCELLED = `
+DELETE FROM orbit_tasks WHERE session_id = $1 AND state = 'cancelled' RETURNING token`;
+
+/** Which of these tokens have a task row. Params: $1 tokens. */
+export const KNOWN_TOKENS = `
+SELECT token FROM orbit_tasks WHERE token IN ${list(1)}`;
+
+/** Queue depth per task (pending reasons, metrics). */
+export const QUEUE_DEPTH = `
+SELECT task_name, contract_version, count(*) AS n FROM orbit_tasks WHERE state = 'queued'
+GROUP BY task_name, contract_version`;
+
+// ---------------------------------------------------------------------------------------------
+// orbit_inbox
+
+/**
+ * A command for the owner of an execution, announced with NOTIFY orbit_inbox.
+ * Params: $1 owner node, $2 execution_id, $3 kind, $4 payload, $5 now, $6 reply_to (or null).
+ */
+export const SEND_INBOX = `
+WITH e AS (
+  INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms, reply_to)
+  VALUES ($1, $2, $3, $4::jsonb, $5, $6) RETURNING seq
+)
+SELECT e.seq, pg_notify('orbit_inbox', $1) FROM e`;
+
+/**
+ * The inbox entries of the executions a node owns (wherever they were addressed: an entry
+ * follows its execution through a takeover), in seq order. Params: $1 me, $2 limit.
+ */
+export const READ_INBOX = `
+SELECT i.seq, i.execution_id, i.kind, i.payload, i.reply_to FROM orbit_inbox i
+JOIN orbit_owners o ON o.execution_id = i.execution_id AND o.node_id = $1
+ORDER BY i.seq LIMIT $2`;
+
+/** The pending entries of one execution, in seq order. Params: $1 execution_id. */
+export const READ_INBOX_OF = `
+SELECT seq, execution_id, kind, payload, reply_to FROM orbit_inbox WHERE execution_id = $1
+ORDER BY seq`;
+
+/** Deletes an entry outside a commit (it caused no event). Params: $1 seq. */
+export const DELETE_INBOX = "DELETE FROM orbit_inbox WHERE seq = $1 RETURNING seq";
+
+/**
+ * Entries of executions that no longer run (nobody owns them): the senders get an answer as
+ * from a finished execution. Params: $1 limit.
+ */
+export const ORPHAN_INBOX = `
+SELECT i.seq, i.execution_id, i.kind, i.payload, i.reply_to FROM orbit_inbox i
+WHERE NOT EXISTS (SELECT 1 FROM orbit_owners o WHERE o.execution_id = i.execution_id)
+ORDER BY i.seq LIMIT $1`;
+
+/** The owner's answer to a forwarded command. Params: $1 the waiting node, $2 payload text. */
+export const REPLY = "SELECT pg_notify('orbit_reply', $1 || ' ' || $2)";
+
+// ---------------------------------------------------------------------------------------------
+// orbit_sessions
+
+const SESSION_COLUMNS = "session_id, worker_id, runtime, tasks, concurrency, last_contact_ms, " +
+  "created_ms";
+
+/** Params: $1 session_id, $2 worker_id, $3 runtime, $4 tasks, $5 concurrency, $6 now. */
+export const INSERT_SESSION = `
+INSERT INTO orbit_sessions (${SESSION_COLUMNS}) VALUES ($1, $2, $3, $4::jsonb, $5, $6, $6)`;
+
+/** Params: $1 session_id. */
+export const GET_SESSION = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions WHERE session_id = $1`;
+
+export const LIST_SESSIONS = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions ORDER BY created_ms`;
+
+/** Last contacts seen by this server since its last write. Params: $1 [{id, ms}]. */
+export const TOUCH_SESSIONS = `
+UPDATE orbit_sessions s SET last_contact_ms = greatest(s.last_contact_ms, t.ms)
+FROM jsonb_to_recordset($1::jsonb) AS t(id text, ms bigint) WHERE s.session_id = t.id`;
+
+/** Last contact of the sessions holding an owner's attempts. Params: $1 ids. */
+export const SESSION_CONTACTS = `
+SELECT session_id, last_contact_ms FROM orbit_sessions WHERE session_id IN ${list(1)}`;
+
+/** Params: $1 session_id. */
+export const DELETE_SESSION = "DELETE FROM orbit_sessions WHERE session_id = $1 RETURNING 1";
+
+/** Sessions silent for longer than $1 ms before $2 (now): removed by whoever sees them. */
+export const EXPIRE_SESSIONS = `
+DELETE FROM orbit_sessions WHERE last_contact_ms < $2::bigint - $1::bigint RETURNING session_id`;
