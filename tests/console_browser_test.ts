@@ -103,6 +103,8 @@ Deno.test({
     const c = api(server.url, TOKEN);
     const servers: ServerProcess[] = [];
     let context: Awaited<ReturnType<typeof chromium.launchPersistentContext>> | null = null;
+    /** What the test was doing, for a failure's message. */
+    let stage = "setting up";
     try {
       for (const doc of [ORDER_WORKFLOW, FULFILMENT, APPROVAL]) {
         assert.equal((await c.post("/v1/workflows", doc)).status, 201);
@@ -170,6 +172,7 @@ Deno.test({
       page.setDefaultTimeout(30_000);
 
       // Without a token the API answers 401: the console asks for one.
+      stage = "Without a token the API answers 401: the console asks for one.";
       await page.goto(`${server.url}/`);
       await page.getByLabel("Token", { exact: true }).fill(TOKEN);
       await page.getByRole("button", { name: "Use token" }).click();
@@ -184,6 +187,7 @@ Deno.test({
       await shot(page, "console-executions");
 
       // Filters: status, then workflow (they go into the URL).
+      stage = "Filters: status, then workflow (they go into the URL).";
       await page.getByLabel("Status").selectOption("failed");
       await waitFor(async () => (await rows.count()) === 1, "one failed execution");
       assert.match(await rows.first().innerText(), /order-declined/);
@@ -202,6 +206,7 @@ Deno.test({
       );
 
       // Open it: its own URL, the timeline, and why it waits.
+      stage = "Open it: its own URL, the timeline, and why it waits.";
       await page.getByRole("link", { name: "stuck-1" }).click();
       assert.equal(new URL(page.url()).pathname, "/executions/stuck-1");
       const pendingBox = page.locator("section.pending");
@@ -214,6 +219,7 @@ Deno.test({
       await shot(page, "console-pending");
 
       // The approval: timeline with parallel branches, a query, then the signal.
+      stage = "The approval: timeline with parallel branches, a query, then the signal.";
       await page.goto(`${server.url}/executions/approve-1`);
       await pendingBox.getByText("waiting for signal approved").waitFor();
       const timeline = page.locator("table.timeline");
@@ -233,6 +239,7 @@ Deno.test({
       assert.equal((await c.get("/v1/executions/approve-1")).body.status, "completed");
 
       // Cancel the other: the reservation's compensation shows on the timeline.
+      stage = "Cancel the other: the reservation's compensation shows on the timeline.";
       await page.goto(`${server.url}/executions/approve-2`);
       await page.getByRole("button", { name: "Cancel execution" }).click();
       await page.locator("h1 .status", { hasText: "cancelled" }).waitFor();
@@ -241,15 +248,18 @@ Deno.test({
       assert.equal((await c.get("/v1/executions/approve-2")).body.status, "cancelled");
 
       // The failed order: its error and compensations.
+      stage = "The failed order: its error and compensations.";
       await page.goto(`${server.url}/executions/order-declined`);
       await page.locator(".error", { hasText: "CARD_DECLINED" }).first().waitFor();
       await shot(page, "console-failed");
 
       // An API error is shown with its code.
+      stage = "An API error is shown with its code.";
       await page.goto(`${server.url}/executions/no-such-execution`);
       await page.locator(".error", { hasText: "UNKNOWN_EXECUTION" }).waitFor();
 
       // Schedules: pause, then resume.
+      stage = "Schedules: pause, then resume.";
       await page.getByRole("link", { name: "Schedules" }).click();
       const schedRow = page.locator('tr[data-schedule="nightly-fulfilment"]');
       await schedRow.getByRole("button", { name: "Pause" }).click();
@@ -264,6 +274,7 @@ Deno.test({
       assert.equal((await c.get("/v1/schedules/nightly-fulfilment")).body.fired, 1);
 
       // Workers: the markup id is text, and nothing ran.
+      stage = "Workers: the markup id is text, and nothing ran.";
       await page.getByRole("link", { name: "Workers" }).click();
       await page.locator("td.id", { hasText: evil }).waitFor();
       await page.locator("td.id", { hasText: "orders-typescript" }).waitFor();
@@ -275,6 +286,7 @@ Deno.test({
       await shot(page, "console-workers");
 
       // Workflows: the IR as a step graph, parallel branches side by side.
+      stage = "Workflows: the IR as a step graph, parallel branches side by side.";
       await page.goto(`${server.url}/workflows/OrderApproval/1.0.0`);
       await page.locator(".node-id", { hasText: "approval" }).waitFor();
       assert.equal(await page.locator(".graph .branch").count(), 2);
@@ -282,6 +294,7 @@ Deno.test({
       await shot(page, "console-workflow");
 
       // Cluster and metrics (five starts, and the schedule's trigger).
+      stage = "Cluster and metrics (five starts, and the schedule's trigger).";
       await page.getByRole("link", { name: "Cluster" }).click();
       await page.locator("dd", { hasText: "single" }).waitFor();
       await page.locator(".card", { hasText: "Executions started" }).locator(".big", {
@@ -290,6 +303,7 @@ Deno.test({
       await shot(page, "console-cluster");
 
       // Keyboard: the skip link, then the first nav link, by Tab and Enter.
+      stage = "Keyboard: the skip link, then the first nav link, by Tab and Enter.";
       await page.goto(`${server.url}/workers`);
       await page.keyboard.press("Tab");
       assert.equal(
@@ -304,6 +318,7 @@ Deno.test({
       assert.equal(new URL(page.url()).pathname, "/executions");
 
       // Dark mode follows the system.
+      stage = "Dark mode follows the system.";
       await page.emulateMedia({ colorScheme: "dark" });
       await page.goto(`${server.url}/executions/approve-1`);
       await page.locator("table.timeline").waitFor();
@@ -312,6 +327,7 @@ Deno.test({
       await shot(page, "console-execution-dark");
 
       // A dropped connection: the page says so and retries; the restarted server answers.
+      stage = "A dropped connection: the page says so and retries; the restarted server answers.";
       await page.emulateMedia({ colorScheme: "light" });
       await page.goto(`${server.url}/executions/stuck-1`);
       await pendingBox.getByText("no worker serves task warehouse.pick").waitFor();
@@ -325,6 +341,9 @@ Deno.test({
       await pendingBox.getByText("no worker serves task warehouse.pick").waitFor();
 
       assert.deepEqual(pageErrors, []);
+    } catch (e) {
+      const url = context?.pages()[0]?.url() ?? "-";
+      throw new Error(`${stage} (page ${url}): ${(e as Error).message}`, { cause: e });
     } finally {
       await context?.close();
       await worker.kill("SIGKILL");

@@ -18,12 +18,12 @@ import { ActionButton, ErrorBox, html, Json, short, Status, Time, useLoad } from
 import { duration, relative } from "../ui.ts";
 import { Timeline } from "./timeline.ts";
 
-async function allHistory(id: string): Promise<HistoryEvent[]> {
+/** The events of one run after `after` (every page). */
+async function historyAfter(id: string, runId: string, after: number): Promise<HistoryEvent[]> {
   const events: HistoryEvent[] = [];
-  let after = 0;
   for (;;) {
     const page = await get<{ events: HistoryEvent[]; next_after_seq?: number }>(
-      `/v1/executions/${enc(id)}/history?after_seq=${after}`,
+      `/v1/executions/${enc(id)}/history?run_id=${enc(runId)}&after_seq=${after}`,
     );
     events.push(...page.events);
     if (!page.next_after_seq || page.events.length === 0) return events;
@@ -39,19 +39,29 @@ interface Loaded {
 }
 
 export function ExecutionPage({ id }: { id: string }) {
-  // A closed execution never changes: the timer's refreshes stop asking once it is.
+  // A closed execution never changes: the timer's refreshes stop asking once it is. While it
+  // runs, each refresh reads only the events after the last one seen (of the same run).
   const closed = useRef<Loaded | null>(null);
+  const last = useRef<Loaded | null>(null);
   const data = useLoad<Loaded>(
     async () => {
       if (closed.current?.execution.execution_id === id) return closed.current;
       const execution = await get<Execution>(`/v1/executions/${enc(id)}`);
+      const prev = last.current?.execution.execution_id === id &&
+          last.current.execution.run_id === execution.run_id
+        ? last.current.events
+        : [];
       const [events, pending] = await Promise.all([
-        allHistory(id),
+        historyAfter(id, execution.run_id, prev.at(-1)?.seq ?? 0).then((more) => [
+          ...prev,
+          ...more,
+        ]),
         execution.status === "running"
           ? get<Pending>(`/v1/executions/${enc(id)}/pending`)
           : Promise.resolve(null),
       ]);
       const loaded = { execution, events, pending, now: Date.now() };
+      last.current = loaded;
       if (execution.status !== "running") closed.current = loaded;
       return loaded;
     },
