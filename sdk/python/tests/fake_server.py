@@ -193,6 +193,14 @@ class FakeOrbit:
                 except queue.Empty:
                     break
                 end = time.monotonic()  # answer with what is there now
+            if body.get("session_id") not in self.sessions:  # forgotten meanwhile: keep them
+                for task in picked:
+                    self.tasks.put(task)
+                return (
+                    "json",
+                    404,
+                    {"error": {"code": "UNKNOWN_SESSION", "message": "unknown session"}},
+                )
             return ("json", 200, {"tasks": picked})
         if rec.path == "/v1/workers/heartbeat":
             with self.lock:
