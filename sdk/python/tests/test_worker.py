@@ -316,6 +316,25 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(seen, [(True, "cancel")])
         self.assertEqual(fail.body["error"]["code"], "CANCELLED")
 
+    def test_a_passed_deadline_cancels_the_task(self) -> None:
+        w = self.worker()
+        seen = []
+
+        @w.task("slow", contract="1")
+        def slow(_inp, ctx: TaskContext):
+            seen.append(ctx.time_left() is not None and ctx.time_left() < 1)
+            if ctx.sleep(10):
+                seen.append(ctx.cancel_reason)
+                raise TimeoutError("gave up")
+            return {}
+
+        w.start()
+        self.fake.add_task(task="slow", deadline_ms=int(time.time() * 1000) + 300)
+        fail = self.fake.wait_for("the fail", lambda: self.fake.of("/v1/tasks/fail"))[0]
+        self.assertEqual(seen, [True, "deadline"])
+        self.assertEqual(fail.body["error"]["code"], "DEADLINE_EXCEEDED")
+        self.assertIs(fail.body["error"]["retryable"], True)
+
     def test_context_heartbeat_answers_cancellation(self) -> None:
         w = self.worker(heartbeat_s=60)
         answers = []
