@@ -3,7 +3,7 @@
  * Executions: filters (workflow, status, id prefix) in the URL, cursor paging (the cursors
  * of the pages before are kept to go back), auto-refresh of the page shown, and "open by id".
  */
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import { enc, type Execution, get } from "../api.ts";
 import { ErrorBox, html, navigate, Status, Time, useLoad } from "../ui.ts";
 
@@ -26,6 +26,9 @@ export function ExecutionsPage({ query }: { query: URLSearchParams }) {
   const workflow = query.get("workflow") ?? "";
   const status = query.get("status") ?? "";
   const prefix = query.get("id") ?? "";
+  // What is typed, kept apart from the applied prefix: a refresh must not wipe it.
+  const [draft, setDraft] = useState(prefix);
+  useEffect(() => setDraft(prefix), [prefix]);
   const [cursors, setCursors] = useState<string[]>([]);
   const [auto, setAuto] = useState(true);
   const cursor = cursors.at(-1);
@@ -88,7 +91,8 @@ export function ExecutionsPage({ query }: { query: URLSearchParams }) {
         </select>
       </label>
       <label>Id prefix
-        <input name="id" type="search" value=${prefix} placeholder="order-"
+        <input name="id" type="search" value=${draft} placeholder="order-"
+          onInput=${(e: Event) => setDraft((e.target as HTMLInputElement).value)}
           onChange=${(e: Event) => setFilter("id", (e.target as HTMLInputElement).value)} />
       </label>
       <label class="check"><input type="checkbox" checked=${auto}
