@@ -61,7 +61,7 @@ class WorkerTest(unittest.TestCase):
         return w
 
     def test_registers_polls_with_free_slots_and_completes(self) -> None:
-        w = self.worker(concurrency=3)
+        w = self.worker(concurrency=3, token="worker-token-0123456789")
 
         @w.task("orders.total", contract="1")
         def total(order: Order, ctx: TaskContext) -> Total:
@@ -73,6 +73,10 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(reg["runtime"], "python")
         self.assertEqual(reg["concurrency"], 3)
         self.assertEqual(reg["tasks"], [{"name": "orders.total", "contract": "1"}])
+        self.assertEqual(
+            self.fake.of("/v1/workers/register")[0].headers.get("authorization"),
+            "Bearer worker-token-0123456789",
+        )
         self.fake.wait_for("a poll", lambda: self.fake.of("/v1/workers/poll"))
         self.assertEqual(self.fake.of("/v1/workers/poll")[0].body["max_tasks"], 3)
 
