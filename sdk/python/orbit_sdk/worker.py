@@ -123,6 +123,8 @@ class _Inflight:
     task: Dict[str, Any]
     ctx: Optional[TaskContext] = None
     handler_done: bool = False
+    # A cancellation that arrived before a thread took the attempt up.
+    cancel_reason: Optional[str] = None
 
 
 @dataclass
@@ -700,6 +702,8 @@ class Worker:
             entry = self._inflight.get(ctx.token)
             if entry is not None:
                 entry.ctx = ctx
+                if entry.cancel_reason is not None:
+                    ctx._cancel(entry.cancel_reason)
         if ctx.deadline_ms is not None and ctx.deadline_ms <= time.time() * 1000:
             ctx._cancel("deadline")
         try:
@@ -857,8 +861,11 @@ class Worker:
                 self.logger.info(
                     "task cancelled by the runtime token=%s step=%s", token, entry.task.get("step")
                 )
-                if entry.ctx is not None:
-                    entry.ctx._cancel("cancel")
+                with self._lock:
+                    if entry.ctx is not None:
+                        entry.ctx._cancel("cancel")
+                    elif entry.cancel_reason is None:
+                        entry.cancel_reason = "cancel"
             return None
 
     # ---- helpers --------------------------------------------------------------------------
