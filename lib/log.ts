@@ -57,11 +57,42 @@ export function formatJson(r: LogRecord): string {
 
 const encoder = new TextEncoder();
 
+/** Levels whose lines may wait for the end of the current burst of work. */
+const BUFFERED = new Set<LogLevel>(["trace", "debug", "info"]);
+
+/**
+ * Writes formatted lines to stderr. Info, debug and trace lines are gathered and written
+ * together once the current burst of work is over (a 0 ms timer), so a busy server makes one
+ * blocking write for many lines instead of one per line (two per execution at info level); a
+ * warning or an error writes everything gathered so far and itself at once, and so do the
+ * process's exit and an uncaught error.
+ */
 function stderrSink(format: (r: LogRecord) => string): Sink {
-  return (r) => {
-    const bytes = encoder.encode(format(r));
+  let pending = "";
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const flush = () => {
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    if (pending === "") return;
+    const bytes = encoder.encode(pending);
+    pending = "";
     let off = 0;
     while (off < bytes.length) off += Deno.stderr.writeSync(bytes.subarray(off));
+  };
+  // The listeners only write: an uncaught error still ends the process as before.
+  for (const event of ["unload", "error", "unhandledrejection"]) {
+    globalThis.addEventListener(event, flush);
+  }
+  return (r) => {
+    pending += format(r);
+    if (!BUFFERED.has(r.level)) {
+      flush();
+    } else if (timer === null) {
+      const t = setTimeout(flush, 0);
+      // Waiting lines must not keep the process alive (the exit writes them).
+      Deno.unrefTimer(t);
+      timer = t;
+    }
   };
 }
 
