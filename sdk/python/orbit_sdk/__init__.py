@@ -16,7 +16,8 @@ from .errors import (
     OrbitValidationError,
     TaskError,
 )
-from .worker import TaskContext, TaskDefinition, Worker
+from .task import TaskContext, TaskDefinition
+from .worker import Worker
 from .workflow import WorkflowBuilder, expr, workflow
 
 __version__ = "0.1.0"

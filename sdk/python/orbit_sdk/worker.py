@@ -24,7 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -33,89 +32,24 @@ import signal
 import ssl
 import threading
 import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._http import Abort, Backoff, RequestAborted, Transport, format_seconds
-from .contracts import contract_types, from_json, to_json
+from .contracts import from_json
 from .errors import (
     OrbitApiError,
     OrbitConnectionError,
     OrbitError,
     OrbitValidationError,
-    TaskError,
     is_retryable,
     is_unknown_session,
 )
+from .task import Outcome, TaskContext, TaskDefinition, define_task, fail_outcome, run_attempt
 
-__all__ = ["Worker", "TaskContext", "TaskDefinition"]
+__all__ = ["Worker", "TaskContext", "TaskDefinition"]  # the last two live in task.py
 
 _log = logging.getLogger("orbit")
-
-
-class TaskContext:
-    """What a handler learns about the attempt it runs.
-
-    ``cancelled`` is a :class:`threading.Event` set when the runtime cancels the attempt (the
-    step timed out, the execution was cancelled or failed), when its deadline passes, or when
-    the worker gives up on it at shutdown; ``cancel_reason`` says which. Long tasks should
-    wait on it instead of ``time.sleep`` (``ctx.sleep(5)``) or check it between pieces of
-    work; :meth:`heartbeat` asks the runtime right now.
-    """
-
-    def __init__(self, worker: "Worker", task: Dict[str, Any]) -> None:
-        self._worker = worker
-        self.token: str = task["token"]
-        self.execution_id: str = str(task.get("execution_id", ""))
-        self.step: str = str(task.get("step", ""))
-        self.attempt: int = int(task.get("attempt") or 1)
-        self.task: str = str(task.get("task", ""))
-        self.contract: str = str(task.get("contract", ""))
-        #: The same for every attempt and redelivery of one step execution: deduplicate on it.
-        self.idempotency_key: str = str(task.get("idempotency_key", ""))
-        #: True when the attempt was handed out again after its worker went silent.
-        self.redelivery: bool = bool(task.get("redelivery"))
-        self.deadline_ms: Optional[float] = _deadline_of(task.get("deadline_ms"))
-        self.cancelled = threading.Event()
-        self.cancel_reason: Optional[str] = None
-        self.logger = _log
-
-    def _cancel(self, reason: str) -> None:
-        if not self.cancelled.is_set():
-            self.cancel_reason = reason
-            self.cancelled.set()
-
-    def heartbeat(self) -> bool:
-        """Heartbeats the session now (with every running attempt) and answers whether this
-        attempt is cancelled. Never raises: a failed heartbeat is logged and retried by the
-        worker's own heartbeat loop."""
-        self._worker._heartbeat_once()
-        return self.cancelled.is_set()
-
-    def sleep(self, seconds: float) -> bool:
-        """Waits ``seconds`` or until the attempt is cancelled; answers True when cancelled."""
-        return self.cancelled.wait(max(0.0, seconds))
-
-    def time_left(self) -> Optional[float]:
-        """Seconds until the attempt's deadline, if the runtime gave one."""
-        if self.deadline_ms is None:
-            return None
-        return self.deadline_ms / 1000 - time.time()
-
-
-@dataclass
-class TaskDefinition:
-    """A task a worker serves: its name, contract version, optional language pin, handler and
-    the input and output types the handler is checked against (``Any``: not checked)."""
-
-    name: str
-    contract: str
-    handler: Callable[..., Any]
-    language: Optional[str] = None
-    input_type: Any = Any
-    output_type: Any = Any
-    takes_context: bool = True
 
 
 @dataclass
@@ -125,13 +59,6 @@ class _Inflight:
     handler_done: bool = False
     # A cancellation that arrived before a thread took the attempt up.
     cancel_reason: Optional[str] = None
-
-
-@dataclass
-class _Outcome:
-    kind: str  # "complete" or "fail"
-    output: Any = None
-    error: Dict[str, Any] = field(default_factory=dict)
 
 
 class _Stopped(Exception):
@@ -243,25 +170,8 @@ class Worker:
         key = (name, str(contract))
         if key in self._tasks:
             raise ValueError(f"Worker: task {name} contract {contract} is registered twice")
-        in_tp, out_tp = contract_types(handler)
-        try:
-            n_params = len(
-                [
-                    p
-                    for p in inspect.signature(handler).parameters.values()
-                    if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-                ]
-            )
-        except (TypeError, ValueError):
-            n_params = 2
-        definition = TaskDefinition(
-            name=name,
-            contract=str(contract),
-            handler=handler,
-            language=language,
-            input_type=input if input is not None else in_tp,
-            output_type=output if output is not None else out_tp,
-            takes_context=n_params >= 2,
+        definition = define_task(
+            name, handler, contract=contract, language=language, input=input, output=output
         )
         self._tasks[key] = definition
         return definition
@@ -666,7 +576,7 @@ class Worker:
                 self._running -= 1
                 self._lock.notify_all()
 
-    def _execute(self, task: Dict[str, Any]) -> _Outcome:
+    def _execute(self, task: Dict[str, Any]) -> Outcome:
         name, contract = str(task.get("task")), str(task.get("contract"))
         self.logger.info(
             "executing %s",
@@ -687,7 +597,7 @@ class Worker:
                 name,
                 contract,
             )
-            return _fail(
+            return fail_outcome(
                 "UNKNOWN_TASK",
                 f"worker {self.worker_id} does not serve task {name} contract {contract}",
                 True,
@@ -696,43 +606,17 @@ class Worker:
         try:
             value = from_json(definition.input_type, task.get("input"), f"input for {name}")
         except OrbitValidationError as err:
-            return _fail("INVALID_INPUT", str(err), False, {"issues": err.issues})
-        ctx = TaskContext(self, task)
+            return fail_outcome("INVALID_INPUT", str(err), False, {"issues": err.issues})
+        ctx = TaskContext(task, heartbeat=self._heartbeat_once, logger=self.logger)
         with self._lock:
             entry = self._inflight.get(ctx.token)
             if entry is not None:
                 entry.ctx = ctx
                 if entry.cancel_reason is not None:
                     ctx._cancel(entry.cancel_reason)
-        if ctx.deadline_ms is not None and ctx.deadline_ms <= time.time() * 1000:
-            ctx._cancel("deadline")
-        try:
-            raw = definition.handler(value, ctx) if definition.takes_context else definition.handler(value)
-        except TaskError as err:
-            details = err.details if err.details is not None else {}
-            return _fail(err.code, err.message, err.retryable, details)
-        except BaseException as err:  # noqa: BLE001 - any failure of the handler is the task's
-            if ctx.cancel_reason == "cancel":
-                return _fail("CANCELLED", f"task cancelled by the ORBIT runtime: {err}", True, {})
-            if ctx.cancel_reason == "deadline":
-                return _fail("DEADLINE_EXCEEDED", f"the attempt's deadline passed: {err}", True, {})
-            tb = traceback.format_exception(type(err), err, err.__traceback__)
-            return _fail(
-                type(err).__name__,
-                str(err) or type(err).__name__,
-                True,
-                {"type": type(err).__name__, "traceback": "".join(tb[-12:])},
-            )
-        try:
-            output = to_json(definition.output_type, raw, f"output of {name}")
-            json.dumps(output)
-        except OrbitValidationError as err:
-            return _fail("INVALID_OUTPUT", str(err), False, {"issues": err.issues})
-        except (TypeError, ValueError) as err:
-            return _fail("INVALID_OUTPUT", f"output of {name} is not JSON: {err}", False, {})
-        return _Outcome("complete", output=output)
+        return run_attempt(definition, value, ctx)
 
-    def _deliver(self, task: Dict[str, Any], outcome: _Outcome, take: bool) -> List[Any]:
+    def _deliver(self, task: Dict[str, Any], outcome: Outcome, take: bool) -> List[Any]:
         """Reports a result until it is delivered or the worker gives up on it; with ``take``
         the first request asks for one next attempt. Answers the attempts the answer carried."""
         backoff = self._new_backoff()
@@ -777,7 +661,7 @@ class Worker:
                         token,
                         self._describe(err),
                     )
-                    outcome = _fail(
+                    outcome = fail_outcome(
                         "OUTPUT_REJECTED",
                         f"the runtime refused the output: {err.code}: {err.message}",
                         False,
@@ -876,19 +760,6 @@ class Worker:
         if isinstance(err, OrbitApiError):
             return f"ORBIT runtime at {self.server} answered {err.status} {err.code}: {err.message}"
         return f"{type(err).__name__}: {err}"
-
-
-def _fail(code: str, message: str, retryable: bool, details: Any) -> _Outcome:
-    return _Outcome(
-        "fail", error={"code": code, "message": message, "retryable": retryable, "details": details}
-    )
-
-
-def _deadline_of(value: Any) -> Optional[float]:
-    """``deadline_ms`` is epoch milliseconds; small values are read as a duration from now."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        return None
-    return float(value) if value > 1e11 else time.time() * 1000 + float(value)
 
 
 def _snippet(value: Any) -> str:
