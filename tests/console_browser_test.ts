@@ -47,8 +47,9 @@ const APPROVAL = {
   ir: "orbit-ir/2",
   name: "OrderApproval",
   version: "1.0.0",
-  signals: { approved: { schema: { type: "object" } } },
-  queries: { total: "{% $steps.validate.total %}" },
+  signals: { approved: { schema: { type: "object" } }, note: {} },
+  queries: { total: "{% $steps.validate.total %}", note: "{% $vars.note %}" },
+  handlers: { note: [{ id: "remember", assign: { note: "{% $signal %}" } }] },
   steps: [
     { id: "validate", task: "orders.validate", contract: "1", input: "{% $input %}" },
     {
@@ -226,13 +227,26 @@ Deno.test({
       await timeline.getByText("branch prepare[0]").waitFor();
       assert.match(await timeline.innerText(), /approval[\s\S]*branch prepare\[1\]/);
       await page.getByRole("button", { name: "Run total" }).click();
-      await page.locator("pre.json", { hasText: "19" }).first().waitFor();
+      await page.locator(".query pre.json", { hasText: "19" }).waitFor();
       await shot(page, "console-execution");
+      // A signal with a handler: its run gets its own row on the timeline.
+      await page.locator('select[name="signal"]').selectOption("note");
+      await page.getByLabel("Payload (JSON)").fill('"call the customer"');
+      await page.getByRole("button", { name: "Send signal" }).click();
+      await page.getByText(/signal note recorded as event \d+/).waitFor();
+      const handlerRow = timeline.locator("th", { hasText: /^remember@\d+/ });
+      await handlerRow.waitFor();
+      assert.match(await handlerRow.innerText(), /^remember@(\d+)\s+handler @\1$/);
+      await page.getByRole("button", { name: "Run note" }).click();
+      await page.locator(".query pre.json", { hasText: '"call the customer"' }).waitFor();
+      await page.locator('select[name="signal"]').selectOption("approved");
       await page.getByLabel("Payload (JSON)").fill('{"by":"<b>ops</b>"}');
       await page.getByRole("button", { name: "Send signal" }).click();
       await page.locator("h1 .status", { hasText: "completed" }).waitFor();
       const history = page.locator("table.history");
-      const signalRow = history.locator("tr", { hasText: "SignalReceived" });
+      const signalRow = history.locator("tr", { hasText: "SignalReceived" }).filter({
+        hasText: "approved",
+      });
       await signalRow.locator("summary").click();
       assert.match(await signalRow.locator("pre").innerText(), /"by": "<b>ops<\/b>"/);
       assert.equal(await history.locator("b").count(), 0, "payload markup stays text");
@@ -290,7 +304,12 @@ Deno.test({
       await page.goto(`${server.url}/workflows/OrderApproval/1.0.0`);
       await page.locator(".node-id", { hasText: "approval" }).waitFor();
       assert.equal(await page.locator(".graph .branch").count(), 2);
-      assert.match(await page.locator(".graph").innerText(), /compensate: inventory\.release@1/);
+      assert.match(
+        await page.locator(".graph").first().innerText(),
+        /compensate: inventory\.release@1/,
+      );
+      await page.getByRole("heading", { name: "Handler for signal note" }).waitFor();
+      assert.match(await page.locator(".graph").nth(1).innerText(), /remember\s+assign/);
       await shot(page, "console-workflow");
 
       // Cluster and metrics (five starts, and the schedule's trigger).
