@@ -1,9 +1,15 @@
 /**
- * The console's committed bundle (`lib/ui_assets.ts`) is what `ui/build.ts` makes of `ui/`
- * now: a change to the sources without a rebuild fails here, not in a user's browser.
+ * The console's assets and routes: the committed bundle (`lib/ui_assets.ts`) is what
+ * `ui/build.ts` makes of `ui/` now (a change to the sources without a rebuild fails here, not in
+ * a user's browser), and the server serves the page at every console path with a strict CSP,
+ * the script and stylesheet by content-hashed URLs, and nothing at all with --no-ui.
  */
 import assert from "node:assert/strict";
 import { buildAssets } from "../ui/build.ts";
+import { createApp } from "../routes/app.ts";
+import { Runtime } from "../lib/runtime.ts";
+import { openSqliteStore } from "../lib/store/sqlite.ts";
+import { UI_CSS, UI_HTML, UI_JS } from "../lib/ui_assets.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
@@ -11,4 +17,42 @@ Deno.test("lib/ui_assets.ts is up to date with ui/ (run `deno run -A ui/build.ts
   const committed = await Deno.readTextFile(`${ROOT}lib/ui_assets.ts`);
   const built = await buildAssets();
   assert.ok(committed === built, "lib/ui_assets.ts is out of date: run `deno run -A ui/build.ts`");
+});
+
+Deno.test("the console is served at every console path with a strict CSP, and not with --no-ui", async () => {
+  const dir = await Deno.makeTempDir();
+  const store = await openSqliteStore(`${dir}/orbit.db`);
+  await store.migrate();
+  const rt = new Runtime(store, { sessionTimeoutMs: 30_000, maxActiveExecutions: null });
+  try {
+    const app = createApp(rt, { token: "secret", maxBodyBytes: 1 << 20, ui: true });
+    for (
+      const path of ["/", "/executions", "/executions/order-1", "/workflows/W/1.0.0", "/cluster"]
+    ) {
+      const r = await app.request(path);
+      assert.equal(r.status, 200, path);
+      assert.match(r.headers.get("content-type") ?? "", /^text\/html/);
+      assert.match(
+        r.headers.get("content-security-policy") ?? "",
+        /script-src 'self'; style-src 'self'/,
+      );
+      assert.equal(await r.text(), UI_HTML);
+    }
+    const [, js] = UI_HTML.match(/src="(\/ui\/app\.js\?v=[0-9a-f]+)"/)!;
+    const [, css] = UI_HTML.match(/href="(\/ui\/app\.css\?v=[0-9a-f]+)"/)!;
+    const script = await app.request(js!);
+    assert.match(script.headers.get("content-type") ?? "", /^text\/javascript/);
+    assert.equal(await script.text(), UI_JS);
+    assert.equal(await (await app.request(css!)).text(), UI_CSS);
+    // The page needs no token; the API behind it does.
+    assert.equal((await app.request("/v1/executions")).status, 401);
+
+    const off = createApp(rt, { token: null, maxBodyBytes: 1 << 20, ui: false });
+    for (const path of ["/", "/executions/order-1", "/ui/app.js"]) {
+      assert.equal((await off.request(path)).status, 404, path);
+    }
+  } finally {
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
