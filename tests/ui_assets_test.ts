@@ -5,18 +5,25 @@
  * the script and stylesheet by content-hashed URLs, and nothing at all with --no-ui.
  */
 import assert from "node:assert/strict";
-import { buildAssets } from "../ui/build.ts";
+import { buildAssets, sourceHash } from "../ui/build.ts";
 import { createApp } from "../routes/app.ts";
 import { Runtime } from "../lib/runtime.ts";
 import { openSqliteStore } from "../lib/store/sqlite.ts";
-import { UI_CSS, UI_HTML, UI_JS } from "../lib/ui_assets.ts";
-
-const ROOT = new URL("../", import.meta.url).pathname;
+import { UI_CSS, UI_HTML, UI_JS, UI_SOURCE_HASH } from "../lib/ui_assets.ts";
 
 Deno.test("lib/ui_assets.ts is up to date with ui/ (run `deno run -A ui/build.ts`)", async () => {
-  const committed = await Deno.readTextFile(`${ROOT}lib/ui_assets.ts`);
+  assert.equal(
+    UI_SOURCE_HASH,
+    await sourceHash(),
+    "lib/ui_assets.ts is out of date: run `deno run -A ui/build.ts`",
+  );
+});
+
+Deno.test("ui/build.ts bundles ui/ into a module with the page, the script and the stylesheet", async () => {
   const built = await buildAssets();
-  assert.ok(committed === built, "lib/ui_assets.ts is out of date: run `deno run -A ui/build.ts`");
+  assert.ok(built.includes(`export const UI_SOURCE_HASH = "${UI_SOURCE_HASH}";`));
+  assert.match(built, /export const UI_JS = ".{10000,}";/);
+  assert.ok(built.includes(`export const UI_CSS = ${JSON.stringify(UI_CSS)};`));
 });
 
 Deno.test("the console is served at every console path with a strict CSP, and not with --no-ui", async () => {
