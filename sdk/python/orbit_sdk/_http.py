@@ -138,6 +138,7 @@ class Transport:
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._base_path = parts.path.rstrip("/")
         self._token = token
+        self._ssl: Optional[ssl.SSLContext]
         if parts.scheme == "https":
             self._ssl = ssl_context or ssl.create_default_context(cafile=ca_file)
         else:

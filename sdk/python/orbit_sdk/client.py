@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, cast
 
 from ._http import Backoff, Transport, quote_segment as _q
 from .contracts import from_json
@@ -36,7 +36,7 @@ def is_terminal(status: Any) -> bool:
 
 def _document(doc: Any) -> Dict[str, Any]:
     build = getattr(doc, "build", None)
-    return build() if callable(build) else doc
+    return cast(Dict[str, Any], build() if callable(build) else doc)
 
 
 class Client:
@@ -124,6 +124,10 @@ class Client:
                 attempt += 1
                 time.sleep(backoff.next())
 
+    def _object(self, method: str, path: str, *args: Any, **kwargs: Any) -> Dict[str, Any]:
+        """A request whose answer is a JSON object."""
+        return cast(Dict[str, Any], self.request(method, path, *args, **kwargs))
+
     @staticmethod
     def _send(
         transport: Transport,
@@ -145,7 +149,7 @@ class Client:
         """Deploys a definition (a dict, or a builder from :mod:`orbit_sdk.workflow`).
         Idempotent for an identical document; 409 WORKFLOW_VERSION_EXISTS for a different one;
         422 INVALID_WORKFLOW lists every problem in ``details["problems"]``."""
-        return self.request("POST", "/v1/workflows", _document(document))
+        return self._object("POST", "/v1/workflows", _document(document))
 
     def workflows(self) -> Any:
         """The deployed definitions."""
@@ -154,7 +158,7 @@ class Client:
     def workflow(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
         """A definition: the latest version, or the one named."""
         path = f"/v1/workflows/{_q(name)}" + ("" if version is None else f"/{_q(version)}")
-        return self.request("GET", path)
+        return self._object("GET", path)
 
     # ---- executions -----------------------------------------------------------------------
 
@@ -182,11 +186,11 @@ class Client:
             body["input"] = input
         if execution_id is not None:
             body["execution_id"] = execution_id
-        return self.request("POST", "/v1/executions", body)
+        return self._object("POST", "/v1/executions", body)
 
     def get(self, execution_id: str) -> Dict[str, Any]:
         """Reads an execution."""
-        return self.request("GET", f"/v1/executions/{_q(execution_id)}")
+        return self._object("GET", f"/v1/executions/{_q(execution_id)}")
 
     def list(
         self,
@@ -201,7 +205,7 @@ class Client:
             "/v1/executions",
             query={"workflow": workflow, "status": status, "limit": limit, "cursor": cursor},
         )
-        return {"executions": res} if isinstance(res, list) else res
+        return {"executions": res} if isinstance(res, list) else cast(Dict[str, Any], res)
 
     def list_all(self, workflow: Optional[str] = None, status: Optional[str] = None) -> Iterator[Dict[str, Any]]:
         """Every execution matching the filters, page after page."""
@@ -224,7 +228,7 @@ class Client:
             left = 300.0 if deadline is None else deadline - time.monotonic()
             wait_s = int(max(0, min(300, -(-left // 1))))
             began = time.monotonic()
-            execution = self.request(
+            execution = self._object(
                 "GET", path, query={"timeout_s": wait_s}, timeout_s=wait_s + self.timeout_s
             )
             if is_terminal(execution.get("status")):
@@ -259,7 +263,7 @@ class Client:
         run_id: Optional[str] = None,
     ) -> Dict[str, Any]:
         """One page of history: ``{"events": [...], "next_after_seq"?}``."""
-        return self.request(
+        return self._object(
             "GET",
             f"/v1/executions/{_q(execution_id)}/history",
             query={"after_seq": after_seq, "limit": limit, "run_id": run_id},
@@ -280,13 +284,13 @@ class Client:
 
     def pending(self, execution_id: str) -> Dict[str, Any]:
         """Why a running execution waits: its open items and their reasons."""
-        return self.request("GET", f"/v1/executions/{_q(execution_id)}/pending")
+        return self._object("GET", f"/v1/executions/{_q(execution_id)}/pending")
 
     def signal(self, execution_id: str, name: str, payload: Any = None) -> Dict[str, Any]:
         """Sends a signal; answers ``{"seq", …}``. Errors: 404 UNKNOWN_SIGNAL, 409
         EXECUTION_FINISHED, 422 SIGNAL_PAYLOAD_INVALID."""
         body = {} if payload is None else {"payload": payload}
-        return self.request("POST", f"/v1/executions/{_q(execution_id)}/signals/{_q(name)}", body)
+        return self._object("POST", f"/v1/executions/{_q(execution_id)}/signals/{_q(name)}", body)
 
     def query(self, execution_id: str, name: str) -> Any:
         """Evaluates a declared query on the execution's current state; answers its result."""
@@ -296,13 +300,13 @@ class Client:
     def cancel(self, execution_id: str, reason: Optional[str] = None) -> Dict[str, Any]:
         """Cancels an execution (its compensations run); answers it with its state."""
         body = {} if reason is None else {"reason": reason}
-        return self.request("POST", f"/v1/executions/{_q(execution_id)}/cancel", body)
+        return self._object("POST", f"/v1/executions/{_q(execution_id)}/cancel", body)
 
     # ---- schedules ------------------------------------------------------------------------
 
     def create_schedule(self, schedule: Dict[str, Any]) -> Dict[str, Any]:
         """Creates a schedule (SPEC §6: ``{schedule_id, workflow, every_s | cron, …}``)."""
-        return self.request("POST", "/v1/schedules", schedule)
+        return self._object("POST", "/v1/schedules", schedule)
 
     def schedules(self) -> List[Dict[str, Any]]:
         """Every schedule."""
@@ -312,24 +316,24 @@ class Client:
         return list(res or [])
 
     def schedule(self, schedule_id: str) -> Dict[str, Any]:
-        return self.request("GET", f"/v1/schedules/{_q(schedule_id)}")
+        return self._object("GET", f"/v1/schedules/{_q(schedule_id)}")
 
     def update_schedule(self, schedule_id: str, changes: Dict[str, Any]) -> Dict[str, Any]:
         """Merges ``changes`` into the schedule (None removes an optional member)."""
-        return self.request("PATCH", f"/v1/schedules/{_q(schedule_id)}", changes)
+        return self._object("PATCH", f"/v1/schedules/{_q(schedule_id)}", changes)
 
     def delete_schedule(self, schedule_id: str) -> Any:
         return self.request("DELETE", f"/v1/schedules/{_q(schedule_id)}")
 
     def trigger_schedule(self, schedule_id: str) -> Dict[str, Any]:
         """Starts one occurrence now; answers the execution."""
-        return self.request("POST", f"/v1/schedules/{_q(schedule_id)}/trigger", {})
+        return self._object("POST", f"/v1/schedules/{_q(schedule_id)}/trigger", {})
 
     def pause_schedule(self, schedule_id: str) -> Dict[str, Any]:
-        return self.request("POST", f"/v1/schedules/{_q(schedule_id)}/pause", {})
+        return self._object("POST", f"/v1/schedules/{_q(schedule_id)}/pause", {})
 
     def resume_schedule(self, schedule_id: str) -> Dict[str, Any]:
-        return self.request("POST", f"/v1/schedules/{_q(schedule_id)}/resume", {})
+        return self._object("POST", f"/v1/schedules/{_q(schedule_id)}/resume", {})
 
     # ---- the server -----------------------------------------------------------------------
 
@@ -338,12 +342,12 @@ class Client:
         return self.request("GET", "/v1/workers")
 
     def health(self) -> Dict[str, Any]:
-        return self.request("GET", "/v1/health")
+        return self._object("GET", "/v1/health")
 
     def ready(self) -> Dict[str, Any]:
         """``GET /v1/ready``: the body whatever the status (503 on a standby)."""
         try:
-            return self.request("GET", "/v1/ready")
+            return self._object("GET", "/v1/ready")
         except OrbitApiError as err:
             if err.status == 503 and isinstance(err.body, dict):
                 return err.body

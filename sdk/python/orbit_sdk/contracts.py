@@ -134,7 +134,7 @@ def _convert(tp: Any, value: Any, path: str, issues: List[Dict[str, str]]) -> An
             if field.name not in value:
                 if (
                     field.default is dataclasses.MISSING
-                    and field.default_factory is dataclasses.MISSING  # type: ignore[misc]
+                    and field.default_factory is dataclasses.MISSING
                 ):
                     issues.append({"path": here, "message": "required"})
                     ok = False
@@ -154,7 +154,7 @@ def _convert(tp: Any, value: Any, path: str, issues: List[Dict[str, str]]) -> An
         if not isinstance(value, dict):
             return bad(f"expected object ({tp.__name__}), got {_type_name(value)}")
         hints = _hints(tp)
-        required = getattr(tp, "__required_keys__", frozenset(hints) if tp.__total__ else ())
+        required = getattr(tp, "__required_keys__", frozenset(hints) if getattr(tp, "__total__", True) else ())
         result: Dict[str, Any] = {}
         ok = True
         for name, member in hints.items():

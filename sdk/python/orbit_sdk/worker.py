@@ -717,10 +717,10 @@ class Worker:
             with self._lock:
                 session = self._session
                 tokens = list(self._inflight)
-                for entry in self._inflight.values():
-                    ctx = entry.ctx
+                for held in self._inflight.values():
+                    ctx = held.ctx
                     if ctx is not None and ctx.deadline_ms is not None and ctx.deadline_ms <= now_ms:
-                        if not entry.handler_done and not ctx.cancelled.is_set():
+                        if not held.handler_done and not ctx.cancelled.is_set():
                             self.logger.info("deadline passed token=%s step=%s", ctx.token, ctx.step)
                             ctx._cancel("deadline")
             if not session:

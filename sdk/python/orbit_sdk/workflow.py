@@ -319,7 +319,7 @@ def _check_unique_ids(doc: Dict[str, Any]) -> None:
             if not isinstance(s, dict):
                 continue
             here = f"{path}[{i}]"
-            sid = s.get("id")
+            sid = str(s.get("id"))
             if sid in seen:
                 raise ValueError(
                     f"workflow {doc['name']}: step id {sid!r} is used twice ({seen[sid]} and {here})"
