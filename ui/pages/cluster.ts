@@ -16,6 +16,9 @@ interface Health {
   node_id: string | null;
   term: number | null;
   leader: { node_id: string; addr: string | null } | null;
+  /** Shared mode: executions this node owns, tasks it claimed. */
+  owned_executions?: number;
+  tasks_claimed?: number;
   nodes?: Array<{
     node_id: string;
     addr: string | null;
@@ -78,6 +81,18 @@ export function ClusterPage() {
           <dd>${h.active_executions}</dd>
           <dt>Worker sessions</dt>
           <dd>${h.worker_sessions}</dd>
+          ${h.owned_executions !== undefined
+            ? html`
+              <dt>Owned executions</dt>
+              <dd>${h.owned_executions}</dd>
+            `
+            : null}
+          ${h.tasks_claimed !== undefined
+            ? html`
+              <dt>Tasks claimed</dt>
+              <dd>${h.tasks_claimed}</dd>
+            `
+            : null}
           <dt>Version</dt>
           <dd>${h.runtime_version} <span class="muted">(${h.api_version})</span></dd>
         </dl>
