@@ -153,7 +153,9 @@ class FakeOrbit:
                     return value
                 left = end - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"timed out waiting for {what}; requests: {self.requests}")
+                    raise AssertionError(
+                        f"timed out waiting for {what}; the last requests: {self.requests[-30:]}"
+                    )
                 self.changed.wait(min(left, 0.05))
 
     def results(self) -> List[Recorded]:

@@ -21,6 +21,14 @@ from orbit_sdk import OrbitApiError, TaskContext, TaskError, Worker  # noqa: E40
 from orbit_sdk._http import Backoff  # noqa: E402
 
 
+def _call(fn):
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 - the test looks at it
+        return err
+    return None
+
+
 def fast_backoff() -> Backoff:
     return Backoff(initial_s=0.02, max_s=0.1)
 
@@ -294,6 +302,78 @@ class WorkerTest(unittest.TestCase):
         self.assertNotEqual(w.session_id, first)
         self.assertIn("UNKNOWN_SESSION", "\n".join(logs.output))
         self.assertIn("worker registered worker_id=w-test runtime=python tasks=1", "\n".join(logs.output))
+
+    def test_a_running_task_still_reports_after_the_session_is_lost(self) -> None:
+        w = self.worker()
+        release = threading.Event()
+
+        @w.task("slow", contract="1")
+        def slow(_inp, _ctx):
+            release.wait(5)
+            return {"done": True}
+
+        w.start()
+        task = self.fake.add_task(task="slow")
+        self.fake.wait_for(
+            "a heartbeat naming the token",
+            lambda: [r for r in self.fake.of("/v1/workers/heartbeat") if task["token"] in r.body["tokens"]],
+        )
+        first = w.session_id
+        self.fake.sessions.clear()
+        new_session = self.fake.wait_for(
+            "a new session", lambda: w.session_id not in (None, first) and w.session_id
+        )
+        # The new session's heartbeats name the running attempt (the runtime adopts it).
+        self.fake.wait_for(
+            "a heartbeat of the new session naming the token",
+            lambda: [
+                r
+                for r in self.fake.of("/v1/workers/heartbeat")
+                if r.body["session_id"] == new_session and task["token"] in r.body["tokens"]
+            ],
+        )
+        release.set()
+        done = self.fake.wait_for("the result", lambda: self.fake.of("/v1/tasks/complete"))
+        self.assertEqual([r.body["token"] for r in done], [task["token"]])
+
+    def test_a_handler_that_finishes_despite_a_cancel_reports_its_output_once(self) -> None:
+        w = self.worker()
+        started = threading.Event()
+
+        @w.task("stubborn", contract="1")
+        def stubborn(_inp, ctx: TaskContext):
+            started.set()
+            ctx.cancelled.wait(5)
+            return {"finished": True}
+
+        w.start()
+        task = self.fake.add_task(task="stubborn")
+        self.assertTrue(started.wait(5))
+        self.fake.cancel.append(task["token"])
+        done = self.fake.wait_for("the result", lambda: self.fake.results())
+        time.sleep(0.2)
+        self.assertEqual([(r.path, r.body["output"]) for r in self.fake.results()], [("/v1/tasks/complete", {"finished": True})])
+        self.assertEqual(done[0].body["token"], task["token"])
+
+    def test_stop_during_a_registration_that_keeps_failing_ends_the_worker(self) -> None:
+        w = self.worker()
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return {}
+
+        self.fake.script("/v1/workers/register", *[("raw", 503, b"unavailable")] * 1000)
+        errors = []
+        thread = threading.Thread(target=lambda: errors.append(_call(w.start)))
+        with self.assertLogs("orbit", level="WARNING"):
+            thread.start()
+            self.fake.wait_for("a few registrations", lambda: len(self.fake.of("/v1/workers/register")) >= 3)
+            w.stop()
+            thread.join(5)
+        self.assertFalse(thread.is_alive())
+        self.assertEqual(errors, [None])
+        self.assertTrue(w.wait(5))
+        self.assertEqual(w.state, "stopped")
 
     def test_cancellation_reaches_the_task(self) -> None:
         w = self.worker()
