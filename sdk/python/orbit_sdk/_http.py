@@ -146,6 +146,7 @@ class Transport:
         self._local = threading.local()
         self._all: "set[http.client.HTTPConnection]" = set()
         self._all_lock = threading.Lock()
+        self._busy: "set[http.client.HTTPConnection]" = set()
 
     def _connection(self, timeout: float) -> Tuple[http.client.HTTPConnection, bool]:
         conn: Optional[http.client.HTTPConnection] = getattr(self._local, "conn", None)
@@ -177,9 +178,11 @@ class Transport:
                 self._all.discard(conn)
 
     def close_all(self) -> None:
-        """Closes the connections of every thread (when none of them is in use any more)."""
+        """Closes the idle connections of every thread (one in use by a request that is still
+        running is left to that request's thread)."""
         with self._all_lock:
-            conns, self._all = self._all, set()
+            conns = self._all - self._busy
+            self._all -= conns
         for conn in conns:
             conn.close()
 
@@ -209,6 +212,8 @@ class Transport:
         if abort is not None and abort.aborted:
             raise RequestAborted()
         conn, _reused = self._connection(timeout)
+        with self._all_lock:
+            self._busy.add(conn)
         try:
             if conn.sock is None:
                 conn.connect()
@@ -218,7 +223,9 @@ class Transport:
             resp = conn.getresponse()
             status = resp.status
             raw = resp.read()
-        except (OSError, http.client.HTTPException) as err:
+        # AttributeError and ValueError: http.client's own errors when the socket went away
+        # under it (closed by another thread).
+        except (OSError, http.client.HTTPException, AttributeError, ValueError) as err:
             conn.close()
             if abort is not None and abort.aborted:
                 raise RequestAborted() from err
@@ -228,6 +235,8 @@ class Transport:
                 ) from err
             raise OrbitConnectionError(self.server, _reason(err)) from err
         finally:
+            with self._all_lock:
+                self._busy.discard(conn)
             if abort is not None:
                 abort._attach(None)
         text = raw.decode("utf-8", errors="replace")
