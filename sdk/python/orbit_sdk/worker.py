@@ -545,7 +545,11 @@ class Worker:
         try:
             while current is not None:
                 token = current["token"]
-                outcome = self._execute(current)
+                try:
+                    outcome = self._execute(current)
+                except Exception as err:  # a bug of the SDK, not of the task: still one result
+                    self.logger.exception("internal error running %s", token)
+                    outcome = fail_outcome("WORKER_ERROR", f"{type(err).__name__}: {err}", True, {})
                 with self._lock:
                     entry = self._inflight.get(token)
                     if entry is not None:
@@ -573,6 +577,8 @@ class Worker:
                             self._queue.put(t)
         finally:
             with self._lock:
+                if current is not None:  # left by an error: no result will come from here
+                    self._inflight.pop(current["token"], None)
                 self._running -= 1
                 self._lock.notify_all()
 
