@@ -6,6 +6,7 @@
  *
  *   deno task bench [--orders 600] [--clients 64] [--workers 1] [--store sqlite|postgres|both]
  *   deno task bench --python-workers 1 --ts-workers 1   (the reference page's worker shape)
+ *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
  *
  * Prints orders per second, p50/p99 latency (start request to observed completion), the
  * server's peak resident memory (VmHWM), and what an order costs: CPU milliseconds per order
@@ -16,10 +17,11 @@
  * which runs the example worker unchanged).
  */
 import { parseArgs } from "node:util";
-import { api, killOnExit, startServer, tempDir } from "../tests/support/server.ts";
+import { api, killOnExit, tempDir } from "../tests/support/server.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
 import { sharedPostgres, stopSharedPostgres } from "../tests/support/pg.ts";
 import { PYTHON_WORKFLOW, startPythonWorker } from "../sdk/python/testing/process.ts";
+import { startBenchServers } from "./cluster.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -34,8 +36,15 @@ const { values } = parseArgs({
     // the workflow is the variant whose charge is pinned to Python).
     "python-workers": { type: "string", default: "0" },
     "ts-workers": { type: "string" },
+    // Shared mode: N servers on one PostgreSQL database behind a round-robin proxy.
+    cluster: { type: "string", default: "" },
+    servers: { type: "string", default: "1" },
   },
 });
+const SHARED = values.cluster === "shared" ? Number(values.servers) : 0;
+if (values.cluster && values.cluster !== "shared") {
+  throw new Error(`--cluster ${values.cluster}: only shared is benchmarked`);
+}
 const ORDERS = Number(values.orders);
 const CLIENTS = Number(values.clients);
 
@@ -168,11 +177,25 @@ async function bench(store: "sqlite" | "postgres") {
     : await (await sharedPostgres()).createDatabase();
   const extra = values["server-args"] ? values["server-args"].split(" ") : [];
   const prof = Deno.env.get("ORBIT_BENCH_CPU_PROF");
-  const server = await startServer({
+  const cluster = await startBenchServers({
     db,
     args: extra,
+    shared: SHARED,
     ...(prof ? { denoArgs: ["--cpu-prof", `--cpu-prof-dir=${prof}`] } : {}),
   });
+  // The first server stands for all in what is measured per process (main thread, RSS);
+  // CPU and counters are summed over every server.
+  const server = { ...cluster.servers[0]!, url: cluster.url };
+  const pids = cluster.servers.map((x) => x.pid);
+  const allCpu = () => pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
+  const allCounters = async () => {
+    const each = await Promise.all(cluster.servers.map((x) => serverCounters(api(x.url))));
+    return {
+      commits: each.reduce((n, x) => n + x.commits, 0),
+      events: each.reduce((n, x) => n + x.events, 0),
+      commitSeconds: each.reduce((n, x) => n + x.commitSeconds, 0),
+    };
+  };
   const pyCount = Number(values["python-workers"]);
   const workers = Array.from(
     { length: Number(values["ts-workers"] ?? values.workers) },
@@ -202,9 +225,9 @@ async function bench(store: "sqlite" | "postgres") {
 
     const latencies: number[] = [];
     for (const w of workers) await w.cycle(); // the warm-up's samples are left out
-    const counters0 = await serverCounters(c);
+    const counters0 = await allCounters();
     const cpu0 = {
-      server: cpuSeconds(server.pid),
+      server: allCpu(),
       main: cpuSeconds(server.pid, server.pid),
       workers: workers.map((w) => cpuSeconds(w.pid)),
       python: pythonWorkers.map((w) => cpuSeconds(w.pid)),
@@ -232,18 +255,18 @@ async function bench(store: "sqlite" | "postgres") {
     }));
     const seconds = (performance.now() - started) / 1000;
     const busy = sampler.stop();
-    const serverCpu = cpuSeconds(server.pid) - cpu0.server;
+    const serverCpu = allCpu() - cpu0.server;
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
     const workerCpu = workers.reduce((sum, w, i) => sum + cpuSeconds(w.pid) - cpu0.workers[i]!, 0) +
       pythonWorkers.reduce((sum, w, i) => sum + cpuSeconds(w.pid) - cpu0.python[i]!, 0);
-    const counters = await serverCounters(c);
+    const counters = await allCounters();
     const cycles = await Promise.all(workers.map((w) => w.cycle()));
     // Several workers: the figures of the one with the most samples.
     const cycle = cycles.sort((a, b) => b.n - a.n)[0]!;
     latencies.sort((a, b) => a - b);
     const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
     return {
-      store,
+      store: SHARED > 0 ? `${store}, ${SHARED} shared server${SHARED > 1 ? "s" : ""}` : store,
       orders: ORDERS,
       clients: CLIENTS,
       ts_workers: workers.length,
@@ -275,11 +298,13 @@ async function bench(store: "sqlite" | "postgres") {
   } finally {
     for (const w of workers) await w.kill("SIGKILL");
     for (const w of pythonWorkers) await w.kill("SIGKILL");
-    await server.kill(Deno.env.get("ORBIT_BENCH_CPU_PROF") ? "SIGTERM" : "SIGKILL");
+    await cluster.kill(Deno.env.get("ORBIT_BENCH_CPU_PROF") ? "SIGTERM" : "SIGKILL");
   }
 }
 
-const stores = values.store === "both"
+const stores = SHARED > 0
+  ? ["postgres"] as const
+  : values.store === "both"
   ? ["sqlite", "postgres"] as const
   : [values.store as "sqlite" | "postgres"];
 const results = [];

@@ -25,7 +25,8 @@
  */
 import type postgres from "postgres";
 import type { ErrorInfo, HistoryEvent } from "../lib/engine/events.ts";
-import { type ExecutionState, liveTokens, stepOfToken } from "../lib/engine/state.ts";
+import type { Command } from "../lib/engine/decide.ts";
+import { type ExecutionState, liveTokens, queuedSteps, stepOfToken } from "../lib/engine/state.ts";
 import { executionOfToken, type Executions } from "../lib/executions.ts";
 import { notFound } from "../lib/errors.ts";
 import type { Metrics } from "../lib/metrics.ts";
@@ -358,18 +359,64 @@ export class SharedWorkers implements WorkerService {
     token: string,
     result: { output: unknown } | { error: ErrorInfo },
     take?: { sessionId: string; maxTasks: number },
+    signal?: AbortSignal,
   ): Promise<{ accepted: boolean; tasks: TaskPayload[] }> {
     const id = executionOfToken(token);
     const a = id ? this.executions.active.get(id) : undefined;
     // The dispatch of this token may still be in this node's inbox (a fast worker reported
     // before the owner recorded it): apply the inbox first, in order.
     if (id && a && !stepOfToken(a.state, token)) await this.opts.drainInbox(id);
-    const r = await this.executions.report(token, result);
-    if (take) {
-      const s = this.sessions.get(take.sessionId);
-      if (s) this.#touch(s);
+    // Eager dispatch, as on one server: when this node owns the execution and the worker
+    // named its session, a step the result makes ready is dispatched to it in the same
+    // append (its task row is written claimed). Only a step that was not queued before: a
+    // queued row may be claimed by another server at this very moment.
+    const s = take && take.maxTasks > 0 ? this.sessions.get(take.sessionId) : undefined;
+    let eager: { step: string; token: string } | null = null;
+    const follow = s && id && a
+      ? (state: ExecutionState): Command | null => {
+        const pre = this.executions.active.get(id)?.state;
+        const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
+        const st = queuedSteps(state).find((st) =>
+          !wasQueued.has(st.id) &&
+          s.tasks.some((reg) =>
+            reg.name === st.task && reg.contract === st.contract &&
+            (st.language === null || st.language === "any" ||
+              st.language === (reg.language ?? s.runtime))
+          )
+        );
+        if (!st) return null;
+        eager = { step: st.id, token: `${state.execution_id}/${this.opts.newId()}` };
+        return {
+          type: "dispatch",
+          step: st.id,
+          token: eager.token,
+          worker_id: s.worker_id,
+          worker_session: s.session_id,
+        };
+      }
+      : undefined;
+    const r = await this.executions.report(token, result, follow);
+    if (s) this.#touch(s);
+    const tasks: TaskPayload[] = [];
+    const e = eager as { step: string; token: string } | null;
+    if (r.followed && r.state && e) {
+      const st = r.state.steps[e.step]!;
+      this.tasksClaimed++;
+      this.metrics.tasksDispatched.inc();
+      tasks.push({
+        token: e.token,
+        execution_id: r.state.execution_id,
+        step: e.step,
+        attempt: st.attempt,
+        task: st.task,
+        contract: st.contract,
+        input: st.input,
+        idempotency_key: st.idempotency_key,
+        redelivery: st.redelivery,
+        deadline_ms: st.deadline_ms,
+      });
     }
-    return { accepted: r.accepted, tasks: [] };
+    return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
   }
 
   async list(): Promise<unknown[]> {

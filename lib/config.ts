@@ -97,6 +97,11 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
       "--cluster requires a PostgreSQL database (--db postgres://...): the servers share it for leader election and history",
     );
   }
+  if (o.clusterMode === "shared" && !cluster) {
+    throw new ConfigError(
+      "--cluster-mode shared requires --cluster (every server of the cluster takes part)",
+    );
+  }
   for (
     const [flag, v] of [["--node-id", o.nodeId], ["--advertise-addr", o.advertiseAddr]] as const
   ) {

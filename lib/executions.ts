@@ -161,12 +161,9 @@ export class Executions {
     if (own) {
       const epoch = own.epochs.get(next.execution_id) ??
         (next.root_id !== next.execution_id ? own.epochs.get(next.root_id) : undefined) ?? 1;
-      item.shared = {
-        node_id: own.nodeId,
-        epoch,
-        ...sharedChanges(prev, next, events, now),
-        inbox,
-      };
+      const changes = sharedChanges(prev, next, events, now);
+      for (const t of changes.enqueue) if (t.claimed) t.claimed.node_id = own.nodeId;
+      item.shared = { node_id: own.nodeId, epoch, ...changes, inbox };
     }
     return item;
   }
@@ -299,6 +296,8 @@ export class Executions {
           version: def.version,
         });
         this.#install(id, null, d.state, def, d.events);
+        // A run that reached continue_as_new in its first append starts its next run now.
+        if (d.state.continued) await this.#continue(d.state, def);
         return { created: true, row };
       } finally {
         this.#starting--;

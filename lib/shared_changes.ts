@@ -75,6 +75,28 @@ export function sharedChanges(
       payload: taskPayload(next, st),
     });
   }
+  // Eager dispatch: a step scheduled and dispatched within this append never was a queued row;
+  // it is written claimed, with its token, so that every server knows the attempt.
+  for (const e of events) {
+    if (e.type !== "StepDispatched") continue;
+    const st = next.steps[e.step];
+    if (!st || st.kind !== "task" || st.status !== "dispatched") continue;
+    const unit = `${next.run_id}/${st.id}/${st.attempt}/${Object.keys(st.tokens).length - 1}`;
+    if (before.has(unit)) continue; // a claimed queued row: it has its token already
+    enqueue.push({
+      execution_id: next.execution_id,
+      run_id: next.run_id,
+      step: st.id,
+      attempt: st.attempt,
+      unit,
+      task_name: st.task,
+      contract_version: st.contract,
+      language: st.language,
+      enqueued_ms: now,
+      payload: taskPayload(next, st),
+      claimed: { token: e.token, session_id: e.worker_session, node_id: "" },
+    });
+  }
   const gone: string[] = [];
   for (const [unit, st] of before) {
     if (after.has(unit)) continue;

@@ -429,6 +429,29 @@ testEachStore(
 );
 
 testEachStore(
+  "ir/2 continue_as_new reached in the start's own commit starts the next run",
+  async (store) => {
+    await withServer(await store.newDb(), [], async (_s, c) => {
+      await deploy(
+        c,
+        wf("Again", [
+          {
+            id: "more",
+            if: "{% $input.again %}",
+            then: [{ id: "again", continue_as_new: { input: { again: false } } }],
+          },
+          { id: "done", return: { run: "{% $execution.run %}" } },
+        ]),
+      );
+      await start(c, "Again", { again: true }, "again-1");
+      const done = await finish(c, "again-1");
+      assert.equal(done.status, "completed", JSON.stringify(done));
+      assert.deepEqual(done.output, { run: 2 });
+    });
+  },
+);
+
+testEachStore(
   "ir/2 http adapter: Idempotency-Key, a retry on 500, --http-allow refusals at deploy and at run time",
   async (store) => {
     const seen: Array<

@@ -61,6 +61,8 @@ export interface TaskRow {
   enqueued_ms: number;
   /** Everything of the task payload (SPEC §4) but the token. */
   payload: Record<string, unknown>;
+  /** Dispatched in the same append (eager dispatch): the row is written claimed. */
+  claimed?: { token: string; session_id: string; node_id: string } | null;
 }
 
 /**

@@ -32,7 +32,8 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
  *   each of them while the rest of the batch is committed.
  * - A terminal status deletes the ownership row; `continued` keeps it (continue-as-new keeps
  *   owner and epoch).
- * - Task rows: `enqueue` inserts queued rows (NOTIFY orbit_tasks), `gone` deletes queued rows
+ * - Task rows: `enqueue` inserts queued rows (NOTIFY orbit_tasks), or claimed ones for an
+ *   eager dispatch (the result's worker takes the next step in the same append), `gone` deletes queued rows
  *   of units no longer queued, `cancel` marks claimed attempts the owner no longer needs,
  *   `done` deletes the rows of attempts whose result was recorded.
  *
@@ -97,15 +98,18 @@ owner_out AS (
 ),
 task_in AS (
   INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
-    contract_version, language, state, enqueued_ms, payload)
+    contract_version, language, state, enqueued_ms, payload, token, session_id, claimed_by,
+    claimed_ms)
   SELECT t.execution_id, t.run_id, t.step, t.attempt, t.unit, t.task_name, t.contract_version,
-    t.language, 'queued', t.enqueued_ms, t.payload
+    t.language, CASE WHEN t.claimed IS NULL THEN 'queued' ELSE 'claimed' END, t.enqueued_ms,
+    t.payload, t.claimed->>'token', t.claimed->>'session_id', t.claimed->>'node_id',
+    CASE WHEN t.claimed IS NULL THEN NULL ELSE t.enqueued_ms END
   FROM jsonb_to_recordset($3::jsonb) AS t(execution_id text, run_id text, step text,
     attempt integer, unit text, task_name text, contract_version text, language text,
-    enqueued_ms bigint, payload jsonb)
+    enqueued_ms bigint, payload jsonb, claimed jsonb)
   WHERE t.execution_id IN (SELECT execution_id FROM ok)
   ON CONFLICT (unit) DO NOTHING
-  RETURNING 1
+  RETURNING (state = 'queued') AS queued
 ),
 task_gone AS (
   DELETE FROM orbit_tasks WHERE state = 'queued' AND unit IN (
@@ -134,7 +138,7 @@ inbox_done AS (
   RETURNING 1
 ),
 notify_tasks AS (
-  SELECT pg_notify('orbit_tasks', '') FROM (SELECT 1 FROM task_in LIMIT 1) x
+  SELECT pg_notify('orbit_tasks', '') FROM (SELECT 1 FROM task_in WHERE queued LIMIT 1) x
 ),
 notify_done AS (
   SELECT pg_notify('orbit_done', i.execution_id) FROM item i
