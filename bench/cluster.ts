@@ -4,7 +4,7 @@
  * next server answering 200 on /v1/ready), as on the reference page's throughput table.
  */
 import { type ServerProcess, startServer } from "../tests/support/server.ts";
-import { startSharedServer } from "../tests/support/shared_cluster.ts";
+import { isReady, sharedArgs } from "../tests/support/shared_cluster.ts";
 import { type ReadyProxy, startReadyProxy } from "../tests/support/ready_proxy.ts";
 
 export interface BenchServers {
@@ -31,12 +31,22 @@ export async function startBenchServers(o: {
     return { url: server.url, servers: [server], kill: async (s) => void await server.kill(s) };
   }
   const servers = await Promise.all(
-    Array.from({ length: o.shared }, (_, i) =>
-      startSharedServer(o.db, `bench-${i + 1}`, {
-        args: o.args,
-        nodeTimeoutS: 5,
-        sessionTimeoutS: 30,
-      })),
+    Array.from({ length: o.shared }, async (_, i) => {
+      const server = await startServer({
+        db: o.db,
+        args: sharedArgs(`bench-${i + 1}`, { args: o.args, nodeTimeoutS: 5, sessionTimeoutS: 30 }),
+        ...(o.denoArgs ? { denoArgs: o.denoArgs } : {}),
+      });
+      const deadline = Date.now() + 60_000;
+      while (!(await isReady(server.url))) {
+        if (Date.now() > deadline) {
+          await server.kill("SIGKILL");
+          throw new Error(`bench-${i + 1} did not become ready:\n${server.logs.join("\n")}`);
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      return server;
+    }),
   );
   const proxy: ReadyProxy = startReadyProxy(servers.map((s) => s.url));
   await proxy.waitReady(servers.length, 30_000);

@@ -200,7 +200,17 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /** Opens the connections and builds the runtime; the server can listen once this resolves. */
   async open(): Promise<void> {
     const id = this.opts.nodeId;
-    this.#store = await openStore(this.opts.url, { max: 1, applicationName: `orbit-store:${id}` });
+    this.#store = await openStore(this.opts.url, {
+      max: Number(Deno.env.get("ORBIT_STORE_CONNS") ?? 1),
+      applicationName: `orbit-store:${id}`,
+      afterCommit: ({ queued, closed }) => {
+        const n = closed.map((payload) => ({ channel: "orbit_done", payload }));
+        if (queued > 0) n.push({ channel: "orbit_tasks", payload: "" });
+        this.notify(n);
+        // Local waiters and polls need no round trip through the database.
+        if (queued > 0) this.#workers?.wake();
+      },
+    });
     this.#req = postgresClient(this.opts.url, { max: 4, applicationName: `orbit-requests:${id}` });
     this.#hb = postgresClient(this.opts.url, { max: 1, applicationName: `orbit-heartbeat:${id}` });
     this.#listen = postgresClient(this.opts.url, {
@@ -236,6 +246,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
           newId: this.opts.newId ?? (() => crypto.randomUUID()),
           sql: this.#req!,
           drainInbox: (execId) => this.#drainExecution(execId),
+          notify: (list) => this.notify(list),
         }),
       recover: () => this.#resume(),
       onDeployed: (name) => {
@@ -264,6 +275,18 @@ export class SharedNode implements ClusterView, RemoteCommands {
         else this.#early.set(r.seq, r);
       } catch { /* not ours */ }
     });
+  }
+
+  /**
+   * Sends notifications in a statement of their own, after the commit they announce (a NOTIFY
+   * inside a writing transaction would serialize every commit of the cluster). A lost one is
+   * covered by the one-second re-checks of polls, waits and the inbox.
+   */
+  notify(list: Array<{ channel: string; payload: string }>): void {
+    if (list.length === 0 || !this.#req) return;
+    this.#sql("req")(q.NOTIFY, [list]).catch((e) =>
+      log.shared.warn("shared: cannot send notifications", { error: (e as Error).message })
+    );
   }
 
   /** Joins under the node id, resumes what it owns, and serves (after the listener is bound). */
@@ -343,6 +366,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     for (const t of tasks) {
       if (t.state === "claimed" && t.token && t.claimed_by === from && !live.has(t.token)) {
         await this.#sql("hb")(q.REQUEUE_TASK, [t.token]);
+        this.notify([{ channel: "orbit_tasks", payload: "" }]);
       }
     }
     this.#workers?.adoptOrphans(orphans);
@@ -691,6 +715,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       waits ? this.opts.nodeId : null,
     ]);
     const seq = Number(sent!.seq);
+    this.notify([{ channel: "orbit_inbox", payload: o.node_id }]);
     if (!waits) return { accepted: true };
     let reply = await this.#awaitReply(seq, FORWARD_WAIT_MS);
     if (!reply) {

@@ -47,6 +47,8 @@ export interface SharedWorkersOptions {
   sql: postgres.Sql;
   /** Applies the inbox entries of one execution owned here (a result may need its dispatch). */
   drainInbox(executionId: string): Promise<void>;
+  /** Sends notifications after a write (never inside it). */
+  notify(list: Array<{ channel: string; payload: string }>): void;
 }
 
 interface SessionRecord {
@@ -231,6 +233,13 @@ export class SharedWorkers implements WorkerService {
       s.worker_id,
       now,
     ]);
+    const owners = new Set<string>();
+    for (const row of rows) {
+      if (row.owner_node && row.owner_node !== this.opts.nodeId) owners.add(row.owner_node);
+    }
+    if (owners.size > 0) {
+      this.opts.notify([...owners].map((payload) => ({ channel: "orbit_inbox", payload })));
+    }
     const out = await Promise.all(rows.map(async (row): Promise<TaskPayload | null> => {
       const timeout = row.payload.timeout_ms;
       const task: TaskPayload = {
@@ -262,6 +271,7 @@ export class SharedWorkers implements WorkerService {
         if (r === null) {
           // Owned here but not in memory yet (a takeover is loading it): back on the queue.
           await this.#q(q.REQUEUE_TASK, [row.token]);
+          this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
           return null;
         }
         if (!r.accepted) {
@@ -278,6 +288,7 @@ export class SharedWorkers implements WorkerService {
           error: (e as Error).message,
         });
         await this.#q(q.REQUEUE_TASK, [row.token]).catch(() => {});
+        this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
         return null;
       }
     }));

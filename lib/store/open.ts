@@ -6,7 +6,12 @@ import { openPostgresStore } from "./postgres.ts";
 /** With `fence` (standby mode, PostgreSQL only), every append checks the cluster term. */
 export async function openStore(
   db: string,
-  opts: { fence?: () => number | null; max?: number; applicationName?: string } = {},
+  opts: {
+    fence?: () => number | null;
+    max?: number;
+    applicationName?: string;
+    afterCommit?: (info: { queued: number; closed: string[] }) => void;
+  } = {},
 ): Promise<Store> {
   const store = /^postgres(ql)?:\/\//.test(db)
     ? await openPostgresStore(db, opts)

@@ -55,6 +55,11 @@ export interface PostgresStoreOptions {
   max?: number;
   /** `application_name` of the connections (default "orbit"). */
   applicationName?: string;
+  /**
+   * Shared mode: told after an owned commit what to announce (rows queued, executions
+   * closed); the caller sends the notifications outside the commit.
+   */
+  afterCommit?: (info: { queued: number; closed: string[] }) => void;
   /** The clock, for `applied_ms` of migrations (default Date.now). */
   now?: () => number;
 }
@@ -226,9 +231,11 @@ class PostgresStore implements Store {
   readonly #sql: postgres.Sql;
   readonly #fence: () => number | null;
   readonly #now: () => number;
+  readonly #afterCommit: PostgresStoreOptions["afterCommit"];
 
   constructor(sql: postgres.Sql, opts: PostgresStoreOptions) {
     this.#sql = sql;
+    this.#afterCommit = opts.afterCommit;
     this.#fence = opts.fence ?? (() => null);
     this.#now = opts.now ?? Date.now;
   }
@@ -318,11 +325,17 @@ class PostgresStore implements Store {
   ): Promise<CommitResult> {
     let result: {
       fenced: Array<{ execution_id: string; node_id: string | null; epoch: number | null }>;
+      queued: number;
+      closed: string[];
     }[];
     try {
       result = await this.#query(COMMIT_OWNED, [rows, events, ...sharedParams(items)]);
     } catch (e) {
       throw commitError(e, rows);
+    }
+    const r = result[0];
+    if (r && (Number(r.queued) > 0 || r.closed.length > 0)) {
+      this.#afterCommit?.({ queued: Number(r.queued), closed: r.closed });
     }
     const fenced = new Map<string, FencedError>();
     for (const f of result[0]?.fenced ?? []) {

@@ -32,10 +32,15 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
  *   each of them while the rest of the batch is committed.
  * - A terminal status deletes the ownership row; `continued` keeps it (continue-as-new keeps
  *   owner and epoch).
- * - Task rows: `enqueue` inserts queued rows (NOTIFY orbit_tasks), or claimed ones for an
+ * - Task rows: `enqueue` inserts queued rows, or claimed ones for an
  *   eager dispatch (the result's worker takes the next step in the same append), `gone` deletes queued rows
  *   of units no longer queued, `cancel` marks claimed attempts the owner no longer needs,
  *   `done` deletes the rows of attempts whose result was recorded.
+ *
+ * - No NOTIFY here: PostgreSQL holds a global lock from a notifying transaction's commit until
+ *   it is flushed, which would serialize every commit of every server. The statement answers
+ *   how many rows it queued and which executions closed; the caller notifies (orbit_tasks,
+ *   orbit_done) in a statement of its own once the commit is known.
  *
  * Params: $1 rows (+ is_create, owner_node, owner_epoch), $2 events, $3 enqueue
  * [{execution_id, run_id, step, attempt, unit, task_name, contract_version, language,
@@ -137,11 +142,8 @@ inbox_done AS (
     WHERE x.execution_id IN (SELECT execution_id FROM ok))
   RETURNING 1
 ),
-notify_tasks AS (
-  SELECT pg_notify('orbit_tasks', '') FROM (SELECT 1 FROM task_in WHERE queued LIMIT 1) x
-),
-notify_done AS (
-  SELECT pg_notify('orbit_done', i.execution_id) FROM item i
+closed AS (
+  SELECT coalesce(json_agg(i.execution_id), '[]'::json) AS ids FROM item i
   WHERE i.status IN ('completed', 'failed', 'cancelled', 'timed_out')
     AND i.execution_id IN (SELECT execution_id FROM ok)
 )
@@ -151,7 +153,8 @@ SELECT (SELECT count(*) FROM ev) AS events,
   (SELECT count(*) FROM task_in) + (SELECT count(*) FROM task_gone)
     + (SELECT count(*) FROM task_cancel) + (SELECT count(*) FROM task_done) AS tasks,
   (SELECT count(*) FROM inbox_done) AS inbox,
-  (SELECT count(*) FROM notify_tasks) + (SELECT count(*) FROM notify_done) AS notified,
+  (SELECT count(*) FROM task_in WHERE queued) AS queued,
+  (SELECT ids FROM closed) AS closed,
   (SELECT coalesce(json_agg(json_build_object('execution_id', i.execution_id,
      'node_id', o.node_id, 'epoch', o.epoch)), '[]'::json)
    FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
@@ -233,9 +236,10 @@ SELECT execution_id, epoch FROM orbit_owners WHERE node_id = $1 AND execution_id
 // orbit_tasks: the shared queue
 
 /**
- * Claims up to $4 of the oldest queued tasks a session serves, and in the same statement
+ * Claims up to $2 of the oldest queued tasks a session serves, and in the same statement
  * writes a `dispatched` inbox entry for each one whose owner is another node (so the owner
- * records StepDispatched); NOTIFY orbit_inbox tells that owner. SKIP LOCKED lets servers
+ * records StepDispatched); the caller then notifies those owners (NOTIFY orbit_inbox, in a
+ * statement of its own: see COMMIT_OWNED). SKIP LOCKED lets servers
  * claim different rows at once.
  * Params: $1 registrations [{task_name, contract_version, lang}] (lang: the registration's
  * language, else the session's runtime), $2 limit, $3 me, $4 session_id, $5 worker_id, $6 now.
@@ -270,17 +274,14 @@ forwarded AS (
   ORDER BY id
   RETURNING node_id
 ),
-notified AS (
-  SELECT pg_notify('orbit_inbox', n.node_id) FROM (SELECT DISTINCT node_id FROM forwarded) n
-)
-SELECT o.*, (SELECT count(*) FROM notified) AS notified FROM owner o ORDER BY o.id`;
+fw AS (SELECT count(*) AS n FROM forwarded)
+SELECT o.*, (SELECT n FROM fw) AS forwarded FROM owner o ORDER BY o.id`;
 
 /** Puts a claimed task back on the queue (its dispatch could not be recorded). Params: $1 token. */
 export const REQUEUE_TASK = `
 UPDATE orbit_tasks SET state = 'queued', token = NULL, claimed_by = NULL, session_id = NULL,
   claimed_ms = NULL
-WHERE token = $1 AND state = 'claimed'
-RETURNING pg_notify('orbit_tasks', '')`;
+WHERE token = $1 AND state = 'claimed'`;
 
 /** Marks a claimed attempt cancelled (the owner refused its dispatch). Params: $1 token. */
 export const CANCEL_TASK = `
@@ -313,15 +314,19 @@ GROUP BY task_name, contract_version`;
 // orbit_inbox
 
 /**
- * A command for the owner of an execution, announced with NOTIFY orbit_inbox.
+ * A command for the owner of an execution (the caller then sends NOTIFY orbit_inbox).
  * Params: $1 owner node, $2 execution_id, $3 kind, $4 payload, $5 now, $6 reply_to (or null).
  */
 export const SEND_INBOX = `
-WITH e AS (
-  INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms, reply_to)
-  VALUES ($1, $2, $3, $4::jsonb, $5, $6) RETURNING seq
-)
-SELECT e.seq, pg_notify('orbit_inbox', $1) FROM e`;
+INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms, reply_to)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6) RETURNING seq`;
+
+/**
+ * Notifications after a commit (never inside a writing transaction, see COMMIT_OWNED).
+ * Params: $1 [{channel, payload}].
+ */
+export const NOTIFY = `
+SELECT pg_notify(n.channel, n.payload) FROM jsonb_to_recordset($1::jsonb) AS n(channel text, payload text)`;
 
 /**
  * The inbox entries of the executions a node owns (wherever they were addressed: an entry
