@@ -345,6 +345,8 @@ export class SharedWorkers implements WorkerService {
     }
     for (const t of cancel) s.told.add(t);
     if (s.told.size > 10_000) s.told.clear();
+    const running = tokens.filter((t) => !cancel.has(t));
+    if (running.length > 0) await this.#q(q.CONFIRM_TOKENS, [running, this.opts.now()]);
     return [...cancel];
   }
 
@@ -531,6 +533,27 @@ export class SharedWorkers implements WorkerService {
           token,
           "no result arrived within --session-timeout after this node took the execution over",
         );
+      }
+      // An attempt its live worker does not list in its heartbeats was never received (the
+      // answer that carried it was lost, e.g. with a server that paused): redelivered one
+      // session timeout after its claim or its last confirmation.
+      if (this.#held.size > 0) {
+        const rows = await this.#q<{ token: string; claimed_ms: number | null }>(
+          q.CONFIRMED_AT,
+          [[...this.#held.keys()]],
+        );
+        for (const r of rows) {
+          const h = this.#held.get(r.token);
+          if (!h || r.claimed_ms === null) continue;
+          if (now - Number(r.claimed_ms) <= this.opts.sessionTimeoutMs + 1000) continue;
+          this.#held.delete(r.token);
+          this.#orphans.delete(r.token);
+          this.executions.uncertain(
+            h.execution_id,
+            r.token,
+            `worker \`${h.worker_id}\` does not list the attempt in its heartbeats`,
+          );
+        }
       }
       const sessions = new Set<string>();
       for (const h of this.#held.values()) sessions.add(h.session);

@@ -301,6 +301,17 @@ WHERE execution_id IN ${list(1)}`;
 export const TAKE_CANCELLED = `
 DELETE FROM orbit_tasks WHERE session_id = $1 AND state = 'cancelled' RETURNING token`;
 
+/**
+ * A heartbeat listed these attempts: their worker has them. `claimed_ms` is the last time the
+ * attempt was confirmed (its claim, then every heartbeat naming it). Params: $1 tokens, $2 now.
+ */
+export const CONFIRM_TOKENS = `
+UPDATE orbit_tasks SET claimed_ms = $2 WHERE token IN ${list(1)} AND state = 'claimed'`;
+
+/** When the attempts were last confirmed (CONFIRM_TOKENS). Params: $1 tokens. */
+export const CONFIRMED_AT = `
+SELECT token, claimed_ms FROM orbit_tasks WHERE token IN ${list(1)} AND state = 'claimed'`;
+
 /** Which of these tokens have a task row. Params: $1 tokens. */
 export const KNOWN_TOKENS = `
 SELECT token FROM orbit_tasks WHERE token IN ${list(1)}`;
