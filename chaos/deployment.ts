@@ -1,0 +1,277 @@
+/**
+ * The system under test for one chaos run: the servers of the chosen mode, the proxy clients
+ * and workers reach them through, and the logging workers. Every process is started with
+ * `Deno.execPath()` and signalled by PID, so SIGKILL, SIGSTOP and SIGTERM reach the real
+ * process.
+ *
+ * - `single-sqlite` / `single-pg`: one server, restarted on the same address;
+ * - `standby`: N servers with `--cluster` (one leader, the others standby);
+ * - `shared`: N servers with `--cluster --cluster-mode shared`.
+ *
+ * In the cluster modes clients and workers go through the round-robin ready proxy
+ * (tests/support/ready_proxy.ts, HAProxy's role); workers always go through a fault proxy
+ * (chaos/fault_proxy.ts) in front of that entry, so worker↔server links can be faulted too.
+ */
+import { type ServerProcess, startServer } from "../tests/support/server.ts";
+import { type ReadyProxy, startReadyProxy } from "../tests/support/ready_proxy.ts";
+import { type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
+
+const ROOT = new URL("../", import.meta.url).pathname;
+
+export type Mode = "single-sqlite" | "single-pg" | "standby" | "shared";
+export const MODES: readonly Mode[] = ["single-sqlite", "single-pg", "standby", "shared"];
+
+/** Server timings of the run (seconds): short, so faults past them happen often. */
+export const SESSION_TIMEOUT_S = 2;
+export const NODE_TIMEOUT_S = 3;
+
+export interface ServerNode {
+  readonly id: string;
+  proc: ServerProcess | null;
+  paused: boolean;
+  /** Every log line of every process this node ran as. */
+  readonly logs: string[];
+  /** Processes started for this node id. */
+  starts: number;
+}
+
+export interface WorkerNode {
+  readonly id: string;
+  readonly logFile: string;
+  child: Deno.ChildProcess | null;
+  paused: boolean;
+}
+
+const workerChildren = new Set<Deno.ChildProcess>();
+globalThis.addEventListener("unload", () => {
+  for (const c of workerChildren) {
+    try {
+      c.kill("SIGKILL");
+    } catch { /* gone */ }
+  }
+});
+
+export class Deployment {
+  readonly nodes: ServerNode[] = [];
+  readonly workers: WorkerNode[] = [];
+  #lb: ReadyProxy | null = null;
+  #workerLink: FaultProxy | null = null;
+  #singleAddr: string | null = null;
+
+  constructor(
+    readonly mode: Mode,
+    /** The database URL the servers use (through the DB fault proxy in PostgreSQL modes). */
+    readonly serverDb: string,
+    readonly dir: string,
+    readonly servers: number,
+    readonly workerCount: number,
+  ) {}
+
+  get clustered(): boolean {
+    return this.mode === "standby" || this.mode === "shared";
+  }
+
+  /** Where clients send requests. */
+  get entry(): string {
+    if (this.#lb) return this.#lb.url;
+    return `http://${this.#singleAddr}`;
+  }
+
+  /** The fault proxy between workers and the entry. */
+  get workerLink(): FaultProxy {
+    return this.#workerLink!;
+  }
+
+  serverArgs(id: string): string[] {
+    const session = ["--session-timeout", String(SESSION_TIMEOUT_S)];
+    if (this.mode === "standby") {
+      return ["--cluster", "--node-id", id, "--node-timeout", String(NODE_TIMEOUT_S), ...session];
+    }
+    if (this.mode === "shared") {
+      return [
+        "--cluster",
+        "--cluster-mode",
+        "shared",
+        "--node-id",
+        id,
+        "--node-timeout",
+        String(NODE_TIMEOUT_S),
+        ...session,
+      ];
+    }
+    return session;
+  }
+
+  async start(): Promise<void> {
+    const n = this.clustered ? this.servers : 1;
+    for (let i = 1; i <= n; i++) {
+      this.nodes.push({ id: `node-${i}`, proc: null, paused: false, logs: [], starts: 0 });
+    }
+    // One at a time: the first becomes the leader in standby mode, which keeps starts quick.
+    for (const node of this.nodes) await this.startNode(node);
+    if (this.clustered) {
+      this.#lb = startReadyProxy(this.nodes.map((x) => x.proc!.url), { queueMs: 5_000 });
+      await this.#lb.waitReady(1, 60_000);
+    }
+    const e = new URL(this.entry);
+    this.#workerLink = startFaultProxy({ hostname: e.hostname, port: Number(e.port) });
+    for (let i = 1; i <= this.workerCount; i++) {
+      const w: WorkerNode = {
+        id: `worker-${i}`,
+        logFile: `${this.dir}/worker-${i}.log`,
+        child: null,
+        paused: false,
+      };
+      this.workers.push(w);
+      this.startWorker(w);
+    }
+  }
+
+  async startNode(node: ServerNode): Promise<void> {
+    const proc = await startServer({
+      db: this.serverDb,
+      args: this.serverArgs(node.id),
+      ...(this.#singleAddr ? { addr: this.#singleAddr } : {}),
+    });
+    node.starts++;
+    node.paused = false;
+    // Log lines of the process go to the node's list too (the leader-term check reads them).
+    const seen = proc.logs.length;
+    node.logs.push(...proc.logs.slice(0, seen));
+    const copy = () => {
+      while (copied < proc.logs.length) node.logs.push(proc.logs[copied++]!);
+    };
+    let copied = seen;
+    const timer = setInterval(copy, 200);
+    proc.status.finally(() => {
+      clearInterval(timer);
+      copy();
+    });
+    node.proc = proc;
+    if (!this.clustered) this.#singleAddr = new URL(proc.url).host;
+    this.#lb?.setBackends(this.nodes.filter((x) => x.proc).map((x) => x.proc!.url));
+  }
+
+  /** Signals a server; for SIGKILL and SIGTERM waits until it is gone. */
+  async signalNode(node: ServerNode, signal: Deno.Signal): Promise<void> {
+    const proc = node.proc;
+    if (!proc) return;
+    if (signal === "SIGSTOP") {
+      Deno.kill(proc.pid, "SIGSTOP");
+      node.paused = true;
+      return;
+    }
+    if (signal === "SIGCONT") {
+      try {
+        Deno.kill(proc.pid, "SIGCONT");
+      } catch { /* gone */ }
+      node.paused = false;
+      return;
+    }
+    if (node.paused) {
+      try {
+        Deno.kill(proc.pid, "SIGCONT");
+      } catch { /* gone */ }
+      node.paused = false;
+    }
+    // A graceful stop gets 30 s, then SIGKILL.
+    const guard = setTimeout(() => {
+      try {
+        Deno.kill(proc.pid, "SIGKILL");
+      } catch { /* gone */ }
+    }, 30_000);
+    try {
+      await proc.kill(signal);
+    } finally {
+      clearTimeout(guard);
+    }
+    node.proc = null;
+  }
+
+  startWorker(w: WorkerNode): void {
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        `${ROOT}chaos/worker.ts`,
+        "--server",
+        `http://127.0.0.1:${this.#workerLink!.port}`,
+        "--log",
+        w.logFile,
+        "--worker-id",
+        w.id,
+      ],
+      env: { NO_COLOR: "1" },
+      stdin: "null",
+      stdout: "null",
+      stderr: "null",
+    }).spawn();
+    workerChildren.add(child);
+    child.status.finally(() => workerChildren.delete(child));
+    w.child = child;
+    w.paused = false;
+  }
+
+  async signalWorker(w: WorkerNode, signal: Deno.Signal): Promise<void> {
+    const child = w.child;
+    if (!child) return;
+    if (signal === "SIGSTOP" || signal === "SIGCONT") {
+      try {
+        child.kill(signal);
+      } catch { /* gone */ }
+      w.paused = signal === "SIGSTOP";
+      return;
+    }
+    if (w.paused) child.kill("SIGCONT");
+    w.paused = false;
+    const guard = setTimeout(() => {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* gone */ }
+    }, 20_000);
+    try {
+      child.kill(signal);
+    } catch { /* gone */ }
+    await child.status;
+    clearTimeout(guard);
+    w.child = null;
+  }
+
+  /** True when the entry serves (some server answers 200 on /v1/ready through it). */
+  async ready(): Promise<boolean> {
+    try {
+      const r = await fetch(`${this.entry}/v1/ready`, { signal: AbortSignal.timeout(2_000) });
+      await r.body?.cancel();
+      return r.status === 200;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Every log line of every server, with its node id. */
+  serverLogs(): { node: string; line: string }[] {
+    return this.nodes.flatMap((n) => n.logs.map((line) => ({ node: n.id, line })));
+  }
+
+  /** Kills everything this deployment started, by PID. */
+  async close(): Promise<void> {
+    for (const w of this.workers) {
+      if (!w.child) continue;
+      try {
+        w.child.kill("SIGKILL");
+      } catch { /* gone */ }
+      await w.child.status;
+      w.child = null;
+    }
+    await this.#workerLink?.close();
+    await this.#lb?.close();
+    for (const n of this.nodes) {
+      if (!n.proc) continue;
+      try {
+        Deno.kill(n.proc.pid, "SIGCONT");
+      } catch { /* gone */ }
+      await n.proc.kill("SIGKILL");
+      n.proc = null;
+    }
+  }
+}

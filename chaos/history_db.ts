@@ -1,0 +1,103 @@
+/**
+ * Reads what the checker needs straight from the database (SQLite file or PostgreSQL), not
+ * through a server: the executions whose ids start with the run's tag, every event of their
+ * runs, the run's schedule, and the standby cluster row.
+ */
+import postgres from "postgres";
+import { DatabaseSync } from "node:sqlite";
+
+export interface ExecRow {
+  execution_id: string;
+  run_id: string;
+  workflow: string;
+  status: string;
+}
+
+// deno-lint-ignore no-explicit-any
+export type Event = Record<string, any> & { seq: number; type: string; run_id: string };
+
+export interface ScheduleRow {
+  schedule_id: string;
+  fired: number;
+  skipped: number;
+  created_ms: number;
+  paused: boolean;
+}
+
+export interface Snapshot {
+  executions: ExecRow[];
+  /** Events by execution id, ordered by run then seq (runs in order of their first event). */
+  events: Map<string, Event[]>;
+  schedules: ScheduleRow[];
+  cluster: { term: number; leader_node: string | null } | null;
+}
+
+const isPg = (db: string) => /^postgres(ql)?:\/\//.test(db);
+
+export async function readSnapshot(db: string, tag: string): Promise<Snapshot> {
+  const like = `${tag}%`;
+  let executions: ExecRow[];
+  let raw: { execution_id: string; run_id: string; seq: number; data: unknown }[];
+  let schedules: ScheduleRow[];
+  let cluster: Snapshot["cluster"] = null;
+  if (isPg(db)) {
+    const sql = postgres(db, { max: 1, onnotice: () => {} });
+    try {
+      executions = await sql.unsafe<ExecRow[]>(
+        `SELECT execution_id, run_id, workflow, status FROM workflow_executions
+          WHERE execution_id LIKE $1`,
+        [like],
+      );
+      raw = await sql.unsafe<typeof raw>(
+        `SELECT execution_id, run_id, seq::int AS seq, data FROM execution_events
+          WHERE execution_id LIKE $1 ORDER BY execution_id, time_ms, run_id, seq`,
+        [like],
+      );
+      schedules = (await sql.unsafe(
+        `SELECT schedule_id, fired::int AS fired, skipped::int AS skipped,
+                created_ms::float8 AS created_ms, paused FROM orbit_schedules
+          WHERE schedule_id LIKE $1`,
+        [like],
+      )) as unknown as ScheduleRow[];
+      const c = await sql.unsafe(`SELECT term::int AS term, leader_node FROM orbit_cluster`);
+      cluster = (c[0] as unknown as Snapshot["cluster"]) ?? null;
+    } finally {
+      await sql.end({ timeout: 5 });
+    }
+  } else {
+    const d = new DatabaseSync(db, { readOnly: true });
+    try {
+      executions = d.prepare(
+        `SELECT execution_id, run_id, workflow, status FROM workflow_executions
+          WHERE execution_id LIKE ?`,
+      ).all(like) as unknown as ExecRow[];
+      raw = d.prepare(
+        `SELECT execution_id, run_id, seq, data FROM execution_events
+          WHERE execution_id LIKE ? ORDER BY execution_id, time_ms, run_id, seq`,
+      ).all(like) as unknown as typeof raw;
+      schedules = (d.prepare(
+        `SELECT schedule_id, fired, skipped, created_ms, paused FROM orbit_schedules
+          WHERE schedule_id LIKE ?`,
+      ).all(like) as unknown as ScheduleRow[]).map((s) => ({ ...s, paused: Boolean(s.paused) }));
+    } finally {
+      d.close();
+    }
+  }
+  // Group by execution, then by run (runs in the order their first event was written).
+  const byRun = new Map<string, Map<string, Event[]>>();
+  for (const r of raw) {
+    const data = typeof r.data === "string" ? JSON.parse(r.data) : r.data;
+    let runs = byRun.get(r.execution_id);
+    if (!runs) byRun.set(r.execution_id, runs = new Map());
+    let list = runs.get(r.run_id);
+    if (!list) runs.set(r.run_id, list = []);
+    list.push({ ...(data as object), seq: Number(r.seq), run_id: r.run_id } as Event);
+  }
+  const events = new Map<string, Event[]>();
+  for (const [id, runs] of byRun) {
+    const all: Event[] = [];
+    for (const list of runs.values()) all.push(...list.sort((a, b) => a.seq - b.seq));
+    events.set(id, all);
+  }
+  return { executions, events, schedules, cluster };
+}

@@ -1,0 +1,251 @@
+/**
+ * One chaos run: PostgreSQL (started here, or `db` given), the deployment of the mode, the
+ * workload, the seeded fault schedule for `seconds`, then the faults stop, everything is
+ * healed and settles, and the checker reads the database and the workers' logs.
+ *
+ * ```ts
+ * import { runChaos } from "./run.ts";
+ * const report = await runChaos({ mode: "standby", seconds: 60, seed: 42 });
+ * if (report.violations.length > 0) Deno.exit(1);
+ * ```
+ */
+import { type PgServer, startPostgres } from "../tests/support/pg.ts";
+import {
+  type Attempt,
+  check,
+  type CheckResult,
+  formatViolation,
+  type Violation,
+} from "./checker.ts";
+import { Deployment, type Mode } from "./deployment.ts";
+import {
+  call,
+  Driver,
+  type DriverStats,
+  FLOW_WORKFLOW,
+  ORDER_WORKFLOW,
+  retry,
+  SCHEDULE_EVERY_S,
+  TICK_WORKFLOW,
+} from "./driver.ts";
+import { type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
+import { type FaultKind, FaultScheduler, faultsFor } from "./faults.ts";
+import { readSnapshot } from "./history_db.ts";
+import { rng } from "./rng.ts";
+
+export interface ChaosOptions {
+  mode: Mode;
+  seconds: number;
+  seed?: number;
+  /** Servers in the cluster modes (default 2 for standby, 3 for shared). */
+  servers?: number;
+  workers?: number;
+  /** Concurrent order clients (default 4). */
+  clients?: number;
+  /** A PostgreSQL URL to use instead of starting one (its database must be ORBIT's or empty). */
+  db?: string;
+  /** Only these fault kinds (default: every kind the mode allows). */
+  faults?: FaultKind[];
+  /** How long to wait for everything to finish after the faults stop (default 180 s). */
+  settleSeconds?: number;
+  /** Keep the run's directory (logs, SQLite file). */
+  keep?: boolean;
+  log?: (line: string) => void;
+}
+
+export interface ChaosReport {
+  mode: Mode;
+  seed: number;
+  seconds: number;
+  tag: string;
+  driver: DriverStats;
+  faults: Record<string, number>;
+  faultCount: number;
+  /** Longest time from a fault to the system serving again (ms). */
+  slowestRecoveryMs: number;
+  check: CheckResult;
+  violations: Violation[];
+  /** Each violation with its events and the faults around it. */
+  details: string[];
+  elapsedMs: number;
+}
+
+async function readAttempts(files: { worker: string; file: string }[]): Promise<Attempt[]> {
+  const out: Attempt[] = [];
+  for (const { worker, file } of files) {
+    let text = "";
+    try {
+      text = await Deno.readTextFile(file);
+    } catch { /* the worker never ran an attempt */ }
+    for (const line of text.split("\n")) {
+      if (!line.trim()) continue;
+      try {
+        out.push({ ...JSON.parse(line), worker });
+      } catch { /* a line cut by SIGKILL mid-write: its attempt never reported */ }
+    }
+  }
+  return out;
+}
+
+export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
+  const log = o.log ?? ((l: string) => console.log(l));
+  const seed = o.seed ?? Math.floor(Math.random() * 2 ** 31);
+  const started = Date.now();
+  const tag = `chaos-${seed}-${started.toString(36)}`;
+  log(`chaos: mode=${o.mode} seconds=${o.seconds} seed=${seed} tag=${tag}`);
+  const dir = await Deno.makeTempDir({ prefix: "orbit-chaos-" });
+  const usesPg = o.mode !== "single-sqlite";
+  let pg: PgServer | null = null;
+  let dbLink: FaultProxy | null = null;
+  let directDb: string | null = null;
+  let serverDb = `${dir}/orbit.db`;
+  let deployment: Deployment | null = null;
+  let scheduler: FaultScheduler | null = null;
+  try {
+    if (usesPg) {
+      if (o.db) {
+        directDb = o.db;
+      } else {
+        pg = await startPostgres();
+        directDb = await pg.createDatabase();
+      }
+      const u = new URL(directDb);
+      dbLink = startFaultProxy({ hostname: u.hostname, port: Number(u.port || 5432) });
+      u.hostname = "127.0.0.1";
+      u.port = String(dbLink.port);
+      serverDb = u.toString();
+    }
+    const servers = o.servers ?? (o.mode === "shared" ? 3 : o.mode === "standby" ? 2 : 1);
+    deployment = new Deployment(o.mode, serverDb, dir, servers, o.workers ?? 2);
+    await deployment.start();
+    const d = deployment;
+    const entry = () => d.entry;
+    const setupDeadline = Date.now() + 60_000;
+    for (const wf of [ORDER_WORKFLOW, FLOW_WORKFLOW, TICK_WORKFLOW]) {
+      const r = await retry(entry, "POST", "/v1/workflows", wf, setupDeadline);
+      if (r.status !== 201 && r.status !== 200) {
+        throw new Error(`Cannot deploy ${wf.name}: ${r.status} ${JSON.stringify(r.body)}`);
+      }
+    }
+    const scheduleId = `${tag}-tick`;
+    const sched = await retry(entry, "POST", "/v1/schedules", {
+      schedule_id: scheduleId,
+      workflow: "ChaosTick",
+      every_s: SCHEDULE_EVERY_S,
+      overlap: "allow_all",
+      catch_up: "all",
+      catch_up_window_s: 3600,
+    }, setupDeadline);
+    if (sched.status !== 201 && sched.status !== 200) {
+      throw new Error(`Cannot create the schedule: ${sched.status} ${JSON.stringify(sched.body)}`);
+    }
+    const scheduleCreated = Number(sched.body?.created_ms ?? Date.now());
+
+    const random = rng(seed);
+    const driver = new Driver(entry, tag, rng(seed ^ 0x5bd1e995), o.clients ?? 4);
+    driver.start();
+    const kinds = o.faults ?? faultsFor(o.mode, pg !== null);
+    scheduler = new FaultScheduler({ deployment: d, dbLink, directDb, pg }, random, kinds, log);
+    scheduler.start(Date.now() + o.seconds * 1000);
+    // The fault window.
+    const windowEnd = Date.now() + o.seconds * 1000;
+    while (Date.now() < windowEnd) await new Promise((r) => setTimeout(r, 250));
+    log("chaos: fault window over; stopping faults and healing");
+    await scheduler.stop();
+    const settleDeadline = Date.now() + (o.settleSeconds ?? 180) * 1000;
+    while (!await d.ready() && Date.now() < settleDeadline) {
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    log("chaos: settling (no new starts; waiting for open executions)");
+    await driver.finish(settleDeadline);
+    // Pause the schedule, then give due occurrences time to start and finish.
+    const pause = await retry(
+      entry,
+      "POST",
+      `/v1/schedules/${scheduleId}/pause`,
+      {},
+      settleDeadline,
+    );
+    const pausedAt = Date.now();
+    if (pause.status !== 200) log(`chaos: cannot pause the schedule: ${pause.status}`);
+    await waitTicksDone(entry, tag, settleDeadline);
+
+    const snapshot = await readSnapshot(directDb ?? serverDb, tag);
+    const attempts = await readAttempts(
+      d.workers.map((w) => ({ worker: w.id, file: w.logFile })),
+    );
+    const result = check({
+      mode: o.mode,
+      snapshot,
+      attempts,
+      starts: driver.starts,
+      faults: scheduler.faults,
+      serverLogs: d.serverLogs(),
+      schedule: {
+        schedule_id: scheduleId,
+        every_s: SCHEDULE_EVERY_S,
+        created_ms: scheduleCreated,
+        paused_ms: pausedAt,
+      },
+    });
+    const details = result.violations.map((v) => formatViolation(v, snapshot, scheduler!.faults));
+    const recoveries = scheduler.faults.map((f) => f.recovery_ms ?? 0);
+    const report: ChaosReport = {
+      mode: o.mode,
+      seed,
+      seconds: o.seconds,
+      tag,
+      driver: driver.stats,
+      faults: scheduler.counts,
+      faultCount: scheduler.faults.length,
+      slowestRecoveryMs: Math.max(0, ...recoveries),
+      check: result,
+      violations: result.violations,
+      details,
+      elapsedMs: Date.now() - started,
+    };
+    for (const line of details) log(line);
+    log(summary(report));
+    if (o.keep) log(`chaos: run directory kept: ${dir}`);
+    return report;
+  } finally {
+    await scheduler?.stop().catch(() => {});
+    await deployment?.close();
+    await dbLink?.close();
+    await pg?.stop();
+    if (!o.keep) await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}
+
+/** Waits until no tick occurrence of the run is running (they have no waits). */
+async function waitTicksDone(entry: () => string, tag: string, deadline: number): Promise<void> {
+  while (Date.now() < deadline) {
+    const r = await call(
+      entry(),
+      "GET",
+      `/v1/executions?workflow=ChaosTick&status=running&limit=50`,
+    );
+    // deno-lint-ignore no-explicit-any
+    const mine = (r.body?.executions ?? []).filter((e: any) => e.execution_id.startsWith(tag));
+    if (r.status === 200 && mine.length === 0) return;
+    await new Promise((res) => setTimeout(res, 500));
+  }
+}
+
+export function summary(r: ChaosReport): string {
+  const faults = Object.entries(r.faults).map(([k, n]) => `${k}=${n}`).join(" ");
+  const status = Object.entries(r.check.byStatus).map(([k, n]) => `${k}=${n}`).join(" ");
+  return [
+    `chaos: mode=${r.mode} seed=${r.seed} ran ${r.seconds} s of faults (${
+      Math.round(r.elapsedMs / 1000)
+    } s in all)`,
+    `  orders started=${r.driver.ordersStarted} finished=${r.driver.ordersDone}; flows=${r.driver.flowsStarted} signals=${r.driver.signals} cancels=${r.driver.cancels}; schedule occurrences=${r.check.occurrences}`,
+    `  executions=${r.check.executions} (${status}) events=${r.check.events} attempts logged=${r.check.attempts} redeliveries=${r.check.redeliveries}${
+      r.mode === "shared" ? ` unrecorded claims=${r.check.unrecordedClaims}` : ""
+    }`,
+    `  faults=${r.faultCount} (${
+      faults || "none"
+    }); slowest recovery ${r.slowestRecoveryMs} ms; longest stall of orders ${r.driver.longestStallMs} ms`,
+    `  violations=${r.violations.length}`,
+  ].join("\n");
+}
