@@ -86,6 +86,8 @@ export class FaultScheduler {
     readonly rng: Rng,
     readonly kinds: FaultKind[],
     readonly log: (line: string) => void,
+    /** Apply the kinds in their order (cycling) instead of at random (the CI profile). */
+    readonly inOrder = false,
   ) {}
 
   start(untilMs: number): void {
@@ -120,7 +122,9 @@ export class FaultScheduler {
       const end = Date.now() + wait;
       while (!this.#stopping && Date.now() < end) await sleep(Math.min(200, end - Date.now()));
       if (this.#stopping || Date.now() >= untilMs) break;
-      const kind = this.rng.pick(this.kinds);
+      const kind = this.inOrder
+        ? this.kinds[this.faults.length % this.kinds.length]!
+        : this.rng.pick(this.kinds);
       const at = Date.now();
       let target = "";
       try {

@@ -46,6 +46,8 @@ export interface ChaosOptions {
   db?: string;
   /** Only these fault kinds (default: every kind the mode allows). */
   faults?: FaultKind[];
+  /** Apply `faults` in their order, cycling (default: at random). */
+  inOrder?: boolean;
   /** How long to wait for everything to finish after the faults stop (default 180 s). */
   settleSeconds?: number;
   /** Keep the run's directory (logs, SQLite file). */
@@ -145,7 +147,13 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     const driver = new Driver(entry, tag, rng(seed ^ 0x5bd1e995), o.clients ?? 4);
     driver.start();
     const kinds = o.faults ?? faultsFor(o.mode, pg !== null);
-    scheduler = new FaultScheduler({ deployment: d, dbLink, directDb, pg }, random, kinds, log);
+    scheduler = new FaultScheduler(
+      { deployment: d, dbLink, directDb, pg },
+      random,
+      kinds,
+      log,
+      o.inOrder === true,
+    );
     scheduler.start(Date.now() + o.seconds * 1000);
     // The fault window.
     const windowEnd = Date.now() + o.seconds * 1000;

@@ -1,0 +1,71 @@
+/**
+ * The chaos suite's short profile (chaos/, README "Chaos suite"), run by `deno task test`: each
+ * mode runs its workload under a fixed cycle of faults (targets and timings from a fixed seed)
+ * and the history checker must find nothing. Single on SQLite with kills; standby with kills,
+ * pauses past the node timeout and a PostgreSQL restart; shared with kills and a pause. About
+ * three minutes in all; the long profile is `deno task chaos --seconds 1800`.
+ */
+import assert from "node:assert/strict";
+import { type ChaosOptions, runChaos } from "../chaos/run.ts";
+
+async function profile(o: ChaosOptions): Promise<void> {
+  const lines: string[] = [];
+  const report = await runChaos({
+    ...o,
+    inOrder: true,
+    settleSeconds: 150,
+    clients: 3,
+    log: (l) => {
+      lines.push(l);
+      if (Deno.env.get("ORBIT_TEST_LOGS")) console.error(l);
+    },
+  });
+  const out = lines.join("\n");
+  console.log(out.split("\n").filter((l) => !l.startsWith("    ")).slice(-6).join("\n"));
+  assert.equal(report.violations.length, 0, out);
+  for (const kind of o.faults ?? []) {
+    assert.ok((report.faults[kind] ?? 0) >= 1, `fault ${kind} was never injected:\n${out}`);
+  }
+  assert.ok(report.driver.ordersDone > 0, `no order finished:\n${out}`);
+  assert.equal(report.driver.ordersDone, report.driver.ordersStarted, out);
+  assert.ok(report.check.occurrences > 0, `no schedule occurrence:\n${out}`);
+}
+
+const opts = { sanitizeOps: false, sanitizeResources: false };
+
+Deno.test({
+  name: "chaos short profile: single server on SQLite under kills keeps every invariant",
+  ...opts,
+  fn: () =>
+    profile({
+      mode: "single-sqlite",
+      seconds: 30,
+      seed: 101,
+      faults: ["server-kill", "worker-kill", "both-kill", "worker-pause", "server-term"],
+    }),
+});
+
+Deno.test({
+  name:
+    "chaos short profile: standby under kills, pauses and a PostgreSQL restart keeps every invariant",
+  ...opts,
+  fn: () =>
+    profile({
+      mode: "standby",
+      seconds: 35,
+      seed: 202,
+      faults: ["server-kill", "server-pause", "pg-restart-fast", "worker-kill", "db-drop"],
+    }),
+});
+
+Deno.test({
+  name: "chaos short profile: shared mode under kills and a pause keeps every invariant",
+  ...opts,
+  fn: () =>
+    profile({
+      mode: "shared",
+      seconds: 35,
+      seed: 303,
+      faults: ["server-kill", "server-pause", "worker-kill", "pg-terminate"],
+    }),
+});
