@@ -10,6 +10,9 @@ import { api, startServer, tempDir } from "./support/server.ts";
 import { serverRefusal } from "./support/refusal.ts";
 import { testEachStore } from "./support/stores.ts";
 import { defineTask, OrbitApiError, silentLogger, Worker } from "../sdk/typescript/mod.ts";
+import { createApp } from "../routes/app.ts";
+import { Runtime } from "../lib/runtime.ts";
+import { openSqliteStore } from "../lib/store/sqlite.ts";
 
 const CLIENT = "client-token-0123456789abcdef";
 const ORDERS = {
@@ -330,4 +333,105 @@ Deno.test("a missing, unparsable or invalid workers file stops the server with e
   assert.ok(!r.stderr.includes(ORDERS.token.slice(0, 12)), "the token is not printed");
   assert.ok(!r.stderr.includes("    at "), "no stack trace");
   await assert.rejects(Deno.stat(`${dir}/orbit.db`), Deno.errors.NotFound, "no database created");
+});
+
+/**
+ * The router's own route table (routes/app.ts), so a route is covered the day it is added: every
+ * `/v1` route but health and ready refuses a request without a token or with an unknown one
+ * (401), the worker protocol (`/v1/workers/<action>`, `/v1/tasks/…`) refuses the client token
+ * and every other route refuses a worker token (403); refused calls change nothing. Routes
+ * outside `/v1` are the web UI's pages and assets: GET only.
+ */
+async function routeTable(): Promise<Array<{ method: string; path: string }>> {
+  const dir = await tempDir();
+  const store = await openSqliteStore(`${dir}/orbit.db`);
+  await store.migrate();
+  try {
+    const rt = new Runtime(store, { sessionTimeoutMs: 30_000, maxActiveExecutions: null });
+    const app = createApp(rt, { token: CLIENT, maxBodyBytes: 1 << 20, ui: true });
+    const seen = new Set<string>();
+    return app.routes
+      .filter((r) => r.method !== "ALL")
+      .map((r) => ({ method: r.method, path: r.path }))
+      .filter((r) => !seen.has(`${r.method} ${r.path}`) && seen.add(`${r.method} ${r.path}`));
+  } finally {
+    await store.close();
+  }
+}
+
+Deno.test({
+  name: "every route of the router's table refuses missing, unknown and wrong-kind tokens",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const routes = await routeTable();
+    const v1 = routes.filter((r) => r.path.startsWith("/v1/"));
+    // The table is what the test walks; these prove the walk sees what the hand list missed.
+    for (
+      const must of ["DELETE /v1/schedules/:id", "PATCH /v1/schedules/:id", "POST /v1/schedules"]
+    ) {
+      assert.ok(v1.some((r) => `${r.method} ${r.path}` === must), `${must} in the route table`);
+    }
+    for (const r of routes.filter((r) => !r.path.startsWith("/v1/"))) {
+      assert.equal(r.method, "GET", `${r.method} ${r.path}: outside /v1 only the UI's GET pages`);
+    }
+    const file = await writeJson(WORKERS);
+    const server = await startServer({
+      db: `${await tempDir()}/orbit.db`,
+      args: ["--token", CLIENT, "--workers-file", file],
+    });
+    try {
+      const client = api(server.url, CLIENT);
+      assert.equal((await client.post("/v1/workflows", FLOW)).status, 201);
+      assert.equal(
+        (await client.post("/v1/executions", { workflow: FLOW.name, execution_id: "sec-1" }))
+          .status,
+        201,
+      );
+      assert.equal(
+        (await client.post("/v1/schedules", {
+          schedule_id: "sec-s",
+          workflow: FLOW.name,
+          every_s: 3600,
+          paused: true,
+        })).status,
+        201,
+      );
+      const state = async () =>
+        await Promise.all(
+          ["/v1/workflows", "/v1/executions", "/v1/schedules", "/v1/workers"].map(async (p) =>
+            (await client.get(p)).body
+          ),
+        );
+      const before = await state();
+      const params: Record<string, string> = { id: "sec-1", name: FLOW.name, version: "1.0.0" };
+      for (const r of v1) {
+        const path = r.path.replace(/:(\w+)/g, (_, k: string) => params[k] ?? "x")
+          .replace("/v1/schedules/sec-1", "/v1/schedules/sec-s");
+        const what = `${r.method} ${r.path}`;
+        const body = r.method === "GET" || r.method === "DELETE" ? undefined : {};
+        if (r.path === "/v1/health" || r.path === "/v1/ready") {
+          assert.equal((await api(server.url).call(r.method, path)).status, 200, what);
+          continue;
+        }
+        for (const caller of [api(server.url), api(server.url, "not-a-known-token-0123")]) {
+          const a = await caller.call(r.method, path, body);
+          assert.equal(a.status, 401, `${what} without a valid token: ${a.status}`);
+          assert.equal(a.body.error.code, "UNAUTHORIZED", what);
+        }
+        const workerRoute = /^\/v1\/(workers\/[a-z]+|tasks\/.+)$/.test(r.path);
+        const wrong = workerRoute ? client : api(server.url, ORDERS.token);
+        const a = await wrong.call(r.method, path, body);
+        assert.equal(a.status, 403, `${what} with the wrong kind of token: ${a.status}`);
+        assert.equal(
+          a.body.error.code,
+          workerRoute ? "WORKER_TOKEN_REQUIRED" : "CLIENT_TOKEN_REQUIRED",
+          what,
+        );
+      }
+      assert.deepEqual(await state(), before, "refused calls changed nothing");
+    } finally {
+      await server.kill("SIGKILL");
+    }
+  },
 });
