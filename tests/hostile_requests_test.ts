@@ -5,10 +5,12 @@
  *
  * Set-up: one deployed workflow with an input schema (plus one that completes at once), one
  * running execution, one finished execution, one registered worker session. Then a table of
- * requests runs, each checked for its status and `{"error":{"code","message"}}` body. After the
- * table: the definitions, the execution list, the worker sessions and the histories read the
- * same as before, the tables are still there with the same row counts, the server logged no
- * unhandled error, and it still serves (health, a normal deploy + start + completion).
+ * requests runs, each checked for its status and `{"error":{"code","message"}}` body. After each
+ * group of cases (the name before its first `:`), the definitions, the execution list, the
+ * schedules, the worker sessions and the histories read the same as before, and so does every
+ * row of every table of the database (read directly, the table list from the database's own
+ * catalogue); at the end the server logged no unhandled error, and it still serves (health, a
+ * normal deploy + start + completion).
  */
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
@@ -20,7 +22,9 @@ const TOKEN = "secret";
 const LIMIT = 65_536;
 const RUNNING = "order-1";
 const FINISHED = "instant-1";
+/** Tables a sanity start must grow. */
 const TABLES = ["execution_events", "workflow_executions", "workflow_definitions"] as const;
+const SCHEDULE = "hostile-s";
 const INJECTIONS = ["' OR 1=1 --", '"; DROP TABLE execution_events; --'] as const;
 
 const ORDER = {
@@ -225,6 +229,19 @@ function protectedRoutes(fx: Fixture): Request[] {
       path: "/v1/tasks/fail",
       json: { token: `${RUNNING}/x`, error: { code: "E", message: "m" } },
     },
+    { method: "GET", path: `/v1/executions/${RUNNING}/pending` },
+    {
+      method: "POST",
+      path: "/v1/schedules",
+      json: { schedule_id: "sneaky", workflow: "Hostile.Instant", every_s: 1 },
+    },
+    { method: "GET", path: "/v1/schedules" },
+    { method: "GET", path: `/v1/schedules/${SCHEDULE}` },
+    { method: "PATCH", path: `/v1/schedules/${SCHEDULE}`, json: { every_s: 1 } },
+    { method: "DELETE", path: `/v1/schedules/${SCHEDULE}` },
+    { method: "POST", path: `/v1/schedules/${SCHEDULE}/trigger`, json: {} },
+    { method: "POST", path: `/v1/schedules/${SCHEDULE}/pause`, json: {} },
+    { method: "POST", path: `/v1/schedules/${SCHEDULE}/resume`, json: {} },
     { method: "GET", path: "/v1/metrics" },
     { method: "GET", path: "/v1/no-such-route" },
   ];
@@ -2010,6 +2027,100 @@ function table(fx: Fixture): Case[] {
     },
   ];
 
+  // --- schedules: every route with bodies and ids it must refuse ---------------------------------
+  const every = { workflow: "Hostile.Instant", every_s: 60 };
+  const sched = (name: string, r: Request, status: number, code: string): Case => ({
+    name: `schedules: ${name}`,
+    ...r,
+    status,
+    code,
+  });
+  const patch = (path: string, json: unknown) => ({ method: "PATCH", path, json });
+  const one = `/v1/schedules/${SCHEDULE}`;
+  cases.push(
+    sched("create: truncated JSON", postText("/v1/schedules", '{"schedule_id":'), 400, "BAD_JSON"),
+    sched("create: JSON array", post("/v1/schedules", []), 422, "INVALID_SCHEDULE"),
+    sched(
+      "create: existing id",
+      post("/v1/schedules", { ...every, schedule_id: SCHEDULE }),
+      409,
+      "SCHEDULE_EXISTS",
+    ),
+    sched(
+      "create: unknown workflow",
+      post("/v1/schedules", { ...every, schedule_id: "s2", workflow: "No.Such" }),
+      404,
+      "UNKNOWN_WORKFLOW",
+    ),
+    sched(
+      "create: every_s 0",
+      post("/v1/schedules", { ...every, schedule_id: "s2", every_s: 0 }),
+      422,
+      "INVALID_SCHEDULE",
+    ),
+    sched(
+      "create: cron and every_s",
+      post("/v1/schedules", { ...every, schedule_id: "s2", cron: "* * * * *" }),
+      422,
+      "INVALID_SCHEDULE",
+    ),
+    sched(
+      "create: id with @",
+      post("/v1/schedules", { ...every, schedule_id: "s@2" }),
+      422,
+      "INVALID_SCHEDULE",
+    ),
+    sched(
+      "create: injection as id",
+      post("/v1/schedules", { ...every, schedule_id: INJECTIONS[0] }),
+      422,
+      "INVALID_SCHEDULE",
+    ),
+    sched(
+      "create: unknown member",
+      post("/v1/schedules", { ...every, schedule_id: "s2", x: 1 }),
+      422,
+      "INVALID_SCHEDULE",
+    ),
+    sched(
+      "create: bad time zone",
+      post("/v1/schedules", {
+        ...every,
+        every_s: undefined,
+        schedule_id: "s2",
+        cron: "0 9 * * *",
+        timezone: "Mars/Base",
+      }),
+      422,
+      "INVALID_SCHEDULE",
+    ),
+    sched(
+      "read: unknown id",
+      { method: "GET", path: "/v1/schedules/nope" },
+      404,
+      "UNKNOWN_SCHEDULE",
+    ),
+    sched(
+      "patch: unknown id",
+      patch("/v1/schedules/nope", { every_s: 5 }),
+      404,
+      "UNKNOWN_SCHEDULE",
+    ),
+    sched("patch: every_s -1", patch(one, { every_s: -1 }), 422, "INVALID_SCHEDULE"),
+    sched("patch: schedule_id", patch(one, { schedule_id: "other" }), 422, "INVALID_SCHEDULE"),
+    sched("patch: not JSON", { method: "PATCH", path: one, text: "{" }, 400, "BAD_JSON"),
+    sched(
+      "delete: unknown id",
+      { method: "DELETE", path: "/v1/schedules/nope" },
+      404,
+      "UNKNOWN_SCHEDULE",
+    ),
+    sched("trigger: unknown id", post("/v1/schedules/nope/trigger", {}), 404, "UNKNOWN_SCHEDULE"),
+    sched("trigger: a member", post(`${one}/trigger`, { now: true }), 422, "INVALID_REQUEST"),
+    sched("pause: unknown id", post("/v1/schedules/nope/pause", {}), 404, "UNKNOWN_SCHEDULE"),
+    sched("resume: a member", post(`${one}/resume`, { at: 1 }), 422, "INVALID_REQUEST"),
+  );
+
   // --- credentials: every protected route, every kind of bad Authorization header -------------
   for (const route of protectedRoutes(fx)) {
     for (const [what, auth] of BAD_AUTH) {
@@ -2068,28 +2179,48 @@ async function snapshot(url: string) {
     workers: await get("/v1/workers"),
     running_history: await get(`/v1/executions/${RUNNING}/history`),
     finished_history: await get(`/v1/executions/${FINISHED}/history`),
+    schedules: await get("/v1/schedules"),
+    schedule: await get(`/v1/schedules/${SCHEDULE}`),
   };
 }
 
 interface Db {
   counts(): Promise<Record<string, number>>;
+  /** Every row of every table, each table's rows as sorted JSON lines. */
+  rows(): Promise<Record<string, string[]>>;
   close(): Promise<void>;
 }
 
+const rowLines = (rows: unknown[]) => rows.map((r) => JSON.stringify(r)).sort();
+
 function sqliteDb(path: string): Db {
+  const read = <T>(fn: (db: DatabaseSync) => T): T => {
+    const db = new DatabaseSync(path, { readOnly: true });
+    try {
+      return fn(db);
+    } finally {
+      db.close();
+    }
+  };
+  const tables = (db: DatabaseSync) =>
+    (db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all() as {
+      name: string;
+    }[]).map((t) => t.name);
   return {
-    counts() {
-      const db = new DatabaseSync(path, { readOnly: true });
-      try {
+    counts: () =>
+      Promise.resolve(read((db) => {
         const out: Record<string, number> = {};
         for (const t of TABLES) {
           out[t] = Number((db.prepare(`SELECT count(*) AS n FROM ${t}`).get() as { n: number }).n);
         }
-        return Promise.resolve(out);
-      } finally {
-        db.close();
-      }
-    },
+        return out;
+      })),
+    rows: () =>
+      Promise.resolve(read((db) => {
+        const out: Record<string, string[]> = {};
+        for (const t of tables(db)) out[t] = rowLines(db.prepare(`SELECT * FROM "${t}"`).all());
+        return out;
+      })),
     close: () => Promise.resolve(),
   };
 }
@@ -2102,6 +2233,16 @@ function postgresDb(url: string): Db {
       for (const t of TABLES) {
         const [r] = await sql.unsafe(`SELECT count(*)::int AS n FROM ${t}`);
         out[t] = Number(r!.n);
+      }
+      return out;
+    },
+    async rows() {
+      const out: Record<string, string[]> = {};
+      const tables = await sql.unsafe(
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename",
+      );
+      for (const { tablename } of tables) {
+        out[tablename] = rowLines(await sql.unsafe(`SELECT * FROM "${tablename}"`));
       }
       return out;
     },
@@ -2136,6 +2277,13 @@ async function setUp(url: string): Promise<Fixture> {
     const r = await c.get(`/v1/executions/${RUNNING}/history`);
     return r.body?.events?.some((ev: { type: string }) => ev.type === "StepScheduled");
   }, `${RUNNING} to schedule its step`);
+  const sched = await c.post("/v1/schedules", {
+    schedule_id: SCHEDULE,
+    workflow: "Hostile.Instant",
+    every_s: 3600,
+    paused: true,
+  });
+  assert.equal(sched.status, 201, JSON.stringify(sched.body));
   const reg = await c.post("/v1/workers/register", {
     worker_id: "hostile-worker",
     runtime: "deno",
@@ -2157,17 +2305,37 @@ async function hostileRun(db: string, tables: Db): Promise<void> {
     const fx = await setUp(server.url);
     const before = await snapshot(server.url);
     const countsBefore = await tables.counts();
+    const rowsBefore = await tables.rows();
 
     const cases = table(fx);
     assert.ok(cases.length >= 40, `only ${cases.length} cases`);
     const failures: string[] = [];
+    // Groups by the case name before its first `:` ("start", "auth (none)", …), in table order.
+    const groups = new Map<string, Case[]>();
     for (const c of cases) {
-      try {
-        await runCase(server.url, c);
-      } catch (err) {
-        failures.push((err as Error).message.split("\n")[0]!);
+      const g = c.name.split(":")[0]!;
+      groups.set(g, [...(groups.get(g) ?? []), c]);
+    }
+    for (const [group, list] of groups) {
+      for (const c of list) {
+        try {
+          await runCase(server.url, c);
+        } catch (err) {
+          failures.push((err as Error).message.split("\n")[0]!);
+        }
+      }
+      // The group changed nothing: through the API, and in every row of every table.
+      assert.deepEqual(
+        await snapshot(server.url),
+        before,
+        `group "${group}" changed the API's view`,
+      );
+      const rows = await tables.rows();
+      for (const t of new Set([...Object.keys(rowsBefore), ...Object.keys(rows)])) {
+        assert.deepEqual(rows[t], rowsBefore[t], `group "${group}" changed table ${t}`);
       }
     }
+    assert.ok(Object.keys(rowsBefore).length >= 10, `only tables ${Object.keys(rowsBefore)}`);
     assert.deepEqual(failures, [], `${failures.length} of ${cases.length} cases failed`);
 
     // Health and ready need no credentials, and ignore bad ones.
