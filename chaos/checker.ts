@@ -56,7 +56,8 @@ export interface ScheduleCheck {
   schedule_id: string;
   every_s: number;
   created_ms: number;
-  paused_ms: number;
+  /** The schedule's next fire time read after the run: every occurrence before it fired. */
+  next_fire_ms: number;
 }
 
 export interface CheckInput {
@@ -295,9 +296,9 @@ export function check(input: CheckInput): CheckResult {
         add("schedule", null, `occurrence ${new Date(at[i]!).toISOString()} started twice`);
       }
     }
-    // Every grid point after the creation, up to a little before the pause, was started.
+    // Every grid point after the creation and before the next fire time was started.
     const first = Math.ceil((s.created_ms + 1) / every) * every + every;
-    const last = Math.floor(s.paused_ms / every) * every - 2 * every;
+    const last = s.next_fire_ms - every;
     const have = new Set(at);
     const missing: string[] = [];
     for (let t = first; t <= last; t += every) {

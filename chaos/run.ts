@@ -166,7 +166,16 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     }
     log("chaos: settling (no new starts; waiting for open executions)");
     await driver.finish(settleDeadline);
-    // Pause the schedule, then give due occurrences time to start and finish.
+    // Every occurrence before the schedule's next fire time has been started (or counted as
+    // skipped): read that time, pause the schedule, then let the started occurrences finish.
+    const sched2 = await retry(
+      entry,
+      "GET",
+      `/v1/schedules/${scheduleId}`,
+      undefined,
+      settleDeadline,
+    );
+    const nextFire = Number(sched2.body?.next_fire_ms ?? Date.now());
     const pause = await retry(
       entry,
       "POST",
@@ -174,7 +183,6 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       {},
       settleDeadline,
     );
-    const pausedAt = Date.now();
     if (pause.status !== 200) log(`chaos: cannot pause the schedule: ${pause.status}`);
     await waitTicksDone(entry, tag, settleDeadline);
 
@@ -193,7 +201,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         schedule_id: scheduleId,
         every_s: SCHEDULE_EVERY_S,
         created_ms: scheduleCreated,
-        paused_ms: pausedAt,
+        next_fire_ms: nextFire,
       },
     });
     const details = result.violations.map((v) => formatViolation(v, snapshot, scheduler!.faults));

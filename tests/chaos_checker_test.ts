@@ -1,0 +1,190 @@
+/**
+ * The chaos checker (chaos/checker.ts) on made-up histories: a clean one passes, and each
+ * invariant it proves is broken once to see it named.
+ */
+import assert from "node:assert/strict";
+import { type Attempt, check, type CheckInput, type StartRecord } from "../chaos/checker.ts";
+import type { Event, Snapshot } from "../chaos/history_db.ts";
+
+const ID = "x-o1";
+const RUN = "run-1";
+const KEY = (step: string) => `${ID}:${step}`;
+
+function ev(type: string, fields: Record<string, unknown> = {}): Omit<Event, "seq"> {
+  return { type, run_id: RUN, time_ms: 1_000, ...fields } as Omit<Event, "seq">;
+}
+
+/** reserve and charge succeed, the run completes. */
+function clean(): Omit<Event, "seq">[] {
+  const steps = ["reserve", "charge"];
+  return [
+    ev("WorkflowCreated"),
+    ...steps.flatMap((s) => [
+      ev("StepScheduled", { step: s, attempt: 1, idempotency_key: KEY(s), task: "t" }),
+      ev("StepDispatched", { step: s, attempt: 1, token: `${ID}/${s}-1` }),
+      ev("StepSucceeded", { step: s, attempt: 1, token: `${ID}/${s}-1` }),
+    ]),
+    ev("WorkflowCompleted"),
+  ];
+}
+
+function attemptsOf(events: Omit<Event, "seq">[]): Attempt[] {
+  const keys = new Map<string, string>();
+  const out: Attempt[] = [];
+  for (const e of events) {
+    if (e.type === "StepScheduled") keys.set(e.step, e.idempotency_key);
+    if (e.type === "StepDispatched") {
+      out.push({
+        execution_id: ID,
+        step: e.step,
+        attempt: e.attempt,
+        idempotency_key: keys.get(e.step)!,
+        redelivery: e.redelivery === true,
+        token: e.token,
+        task: "t",
+        pid: 1,
+        at_ms: 1_000,
+        worker: "worker-1",
+      });
+    }
+  }
+  return out;
+}
+
+function input(
+  events: Omit<Event, "seq">[],
+  o: { status?: string; attempts?: Attempt[]; starts?: StartRecord[]; seqs?: number[] } = {},
+): CheckInput {
+  const withSeq = events.map((e, i) => ({ ...e, seq: o.seqs?.[i] ?? i + 1 }) as Event);
+  const snapshot: Snapshot = {
+    executions: [{ execution_id: ID, run_id: RUN, workflow: "W", status: o.status ?? "completed" }],
+    events: new Map([[ID, withSeq]]),
+    schedules: [],
+    cluster: null,
+  };
+  return {
+    mode: "single-sqlite",
+    snapshot,
+    attempts: o.attempts ?? attemptsOf(events),
+    starts: o.starts ?? [{ id: ID, kind: "order", answered: true, declaredWait: false }],
+    faults: [],
+    serverLogs: [],
+    schedule: null,
+  };
+}
+
+const rules = (i: CheckInput) => check(i).violations.map((v) => v.rule);
+
+Deno.test("chaos checker: a clean history passes", () => {
+  assert.deepEqual(rules(input(clean())), []);
+});
+
+Deno.test("chaos checker: a gap in seq, an event after the end, a second success are named", () => {
+  assert.ok(rules(input(clean(), { seqs: [1, 2, 3, 5, 6, 7, 8, 9] })).includes("seq-contiguous"));
+  assert.ok(
+    rules(input([...clean(), ev("TimerFired", { timer_id: "t" })])).includes("after-terminal"),
+  );
+  const twice = clean();
+  twice.splice(
+    4,
+    0,
+    ev("StepSucceeded", { step: "reserve", attempt: 1, token: `${ID}/reserve-1` }),
+  );
+  const r = rules(input(twice));
+  assert.ok(r.includes("one-success") && r.includes("event-order"), r.join());
+});
+
+Deno.test("chaos checker: a running execution is a violation unless it waits on purpose", () => {
+  const waiting = [
+    ev("WorkflowCreated"),
+    ev("StepStarted", { step: "w", attempt: 1, kind: "wait_signal" }),
+  ];
+  assert.deepEqual(rules(input(waiting, { status: "running" })), ["terminal"]);
+  assert.deepEqual(
+    rules(input(waiting, {
+      status: "running",
+      starts: [{ id: ID, kind: "flow", answered: true, declaredWait: true }],
+    })),
+    [],
+  );
+});
+
+Deno.test("chaos checker: a result no worker logged, a wrong key and a wrong redelivery flag are named", () => {
+  const events = clean();
+  const attempts = attemptsOf(events);
+  assert.ok(
+    rules(input(events, { attempts: attempts.slice(1) })).includes("result-matches-attempt"),
+  );
+  const wrongKey = attempts.map((a, i) => i === 0 ? { ...a, idempotency_key: "other" } : a);
+  assert.ok(rules(input(events, { attempts: wrongKey })).includes("idempotency-key"));
+  const flagged = attempts.map((a, i) => i === 0 ? { ...a, redelivery: true } : a);
+  assert.ok(rules(input(events, { attempts: flagged })).includes("redelivery-flag"));
+  // A redelivery after an uncertain attempt is legal and must say so.
+  const redelivered = [
+    ev("WorkflowCreated"),
+    ev("StepScheduled", { step: "a", attempt: 1, idempotency_key: KEY("a"), task: "t" }),
+    ev("StepDispatched", { step: "a", attempt: 1, token: `${ID}/a-1` }),
+    ev("StepAttemptUncertain", { step: "a", attempt: 1, token: `${ID}/a-1` }),
+    ev("StepDispatched", { step: "a", attempt: 1, token: `${ID}/a-2`, redelivery: true }),
+    ev("StepSucceeded", { step: "a", attempt: 1, token: `${ID}/a-2` }),
+    ev("WorkflowCompleted"),
+  ];
+  assert.deepEqual(rules(input(redelivered)), []);
+  const unflagged = redelivered.map((e, i) => i === 4 ? { ...e, redelivery: undefined } : e);
+  assert.ok(rules(input(unflagged, { attempts: attemptsOf(redelivered) })).includes("event-order"));
+});
+
+Deno.test("chaos checker: compensations only for completed steps, in reverse order", () => {
+  const saga = (order: string[], listed = ["reserve.compensate", "charge.compensate"]) => [
+    ...clean().slice(0, -1),
+    ev("CompensationStarted", { reason: "cancelled", steps: listed }),
+    ...order.flatMap((s) => [
+      ev("StepScheduled", {
+        step: `${s}.compensate`,
+        attempt: 1,
+        idempotency_key: KEY(`${s}.compensate`),
+        task: "t",
+        compensation: true,
+      }),
+      ev("StepDispatched", { step: `${s}.compensate`, attempt: 1, token: `${ID}/${s}-c` }),
+      ev("StepSucceeded", { step: `${s}.compensate`, attempt: 1, token: `${ID}/${s}-c` }),
+    ]),
+    ev("WorkflowCancelled"),
+  ];
+  assert.deepEqual(rules(input(saga(["charge", "reserve"]), { status: "cancelled" })), []);
+  assert.ok(
+    rules(input(saga(["reserve", "charge"]), { status: "cancelled" })).includes("compensation"),
+  );
+  assert.ok(
+    rules(input(saga(["ship"], ["ship.compensate"]), { status: "cancelled" })).includes(
+      "compensation",
+    ),
+  );
+});
+
+Deno.test("chaos checker: a missing schedule occurrence and two leaders in one term are named", () => {
+  const i = input(clean());
+  const every = 2_000;
+  const t0 = 1_700_000_000_000;
+  i.snapshot.executions.push(
+    ...[t0 + 2 * every, t0 + 3 * every, t0 + 5 * every].map((t) => ({
+      execution_id: `s@${new Date(t).toISOString()}`,
+      run_id: `r${t}`,
+      workflow: "Tick",
+      status: "completed",
+    })),
+  );
+  i.schedule = { schedule_id: "s", every_s: 2, created_ms: t0, next_fire_ms: t0 + 6 * every };
+  const v = check(i).violations;
+  assert.ok(
+    v.some((x) => x.rule === "schedule" && /1 occurrences never started/.test(x.message)),
+    JSON.stringify(v),
+  );
+  const s = input(clean());
+  s.mode = "standby";
+  s.serverLogs = [
+    { node: "node-1", line: "cluster: leader is serving node_id=node-1 term=3" },
+    { node: "node-2", line: "cluster: leader is serving node_id=node-2 term=3" },
+  ];
+  assert.ok(rules(s).includes("leader-term"));
+});
