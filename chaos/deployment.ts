@@ -37,6 +37,8 @@ export interface ServerNode {
 
 export interface WorkerNode {
   readonly id: string;
+  /** `ts`: chaos/worker.ts (every task); `py`: chaos/worker.py (the Python side's five). */
+  readonly runtime: "ts" | "py";
   readonly logFile: string;
   child: Deno.ChildProcess | null;
   paused: boolean;
@@ -65,6 +67,7 @@ export class Deployment {
     readonly dir: string,
     readonly servers: number,
     readonly workerCount: number,
+    readonly pythonWorkers = 0,
   ) {}
 
   get clustered(): boolean {
@@ -115,9 +118,11 @@ export class Deployment {
     }
     const e = new URL(this.entry);
     this.#workerLink = startFaultProxy({ hostname: e.hostname, port: Number(e.port) });
-    for (let i = 1; i <= this.workerCount; i++) {
+    for (let i = 1; i <= this.workerCount + this.pythonWorkers; i++) {
+      const runtime = i > this.workerCount ? "py" : "ts";
       const w: WorkerNode = {
-        id: `worker-${i}`,
+        id: runtime === "py" ? `py-worker-${i - this.workerCount}` : `worker-${i}`,
+        runtime,
         logFile: `${this.dir}/worker-${i}.log`,
         child: null,
         paused: false,
@@ -189,18 +194,19 @@ export class Deployment {
   }
 
   startWorker(w: WorkerNode): void {
-    const child = new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        `${ROOT}chaos/worker.ts`,
-        "--server",
-        `http://127.0.0.1:${this.#workerLink!.port}`,
-        "--log",
-        w.logFile,
-        "--worker-id",
-        w.id,
-      ],
+    const flags = [
+      "--server",
+      `http://127.0.0.1:${this.#workerLink!.port}`,
+      "--log",
+      w.logFile,
+      "--worker-id",
+      w.id,
+    ];
+    const py = w.runtime === "py";
+    const child = new Deno.Command(py ? "python3" : Deno.execPath(), {
+      args: py
+        ? [`${ROOT}chaos/worker.py`, ...flags]
+        : ["run", "-A", `${ROOT}chaos/worker.ts`, ...flags],
       env: { NO_COLOR: "1" },
       stdin: "null",
       stdout: "null",

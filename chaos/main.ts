@@ -3,7 +3,8 @@
  * README's "Chaos suite").
  *
  *   deno task chaos [--mode single-sqlite|single-pg|standby|shared] [--seconds 60] [--seed N]
- *                   [--servers N] [--workers N] [--clients N] [--db postgres://…] [--keep]
+ *                   [--servers N] [--workers N] [--python-workers N] [--clients N]
+ *                   [--db postgres://…] [--keep]
  *                   [--faults kind,kind,…] [--json FILE]
  *
  * Exits 1 when the checker finds a violation (each is printed with its execution's events and
@@ -44,6 +45,7 @@ const seconds = num("--seconds") ?? 60;
 const seed = num("--seed");
 const servers = num("--servers");
 const workers = num("--workers");
+const pythonWorkers = num("--python-workers");
 const clients = num("--clients");
 const report = await runChaos({
   mode,
@@ -51,6 +53,7 @@ const report = await runChaos({
   ...(seed !== undefined ? { seed } : {}),
   ...(servers !== undefined ? { servers } : {}),
   ...(workers !== undefined ? { workers } : {}),
+  ...(pythonWorkers !== undefined ? { pythonWorkers } : {}),
   ...(clients !== undefined ? { clients } : {}),
   ...(db ? { db } : {}),
   ...(faults ? { faults } : {}),

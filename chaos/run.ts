@@ -40,6 +40,8 @@ export interface ChaosOptions {
   /** Servers in the cluster modes (default 2 for standby, 3 for shared). */
   servers?: number;
   workers?: number;
+  /** Python workers (chaos/worker.py) beside them (default 1 when python3 is installed). */
+  pythonWorkers?: number;
   /** Concurrent order clients (default 4). */
   clients?: number;
   /** A PostgreSQL URL to use instead of starting one (its database must be ORBIT's or empty). */
@@ -118,7 +120,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       serverDb = u.toString();
     }
     const servers = o.servers ?? (o.mode === "shared" ? 3 : o.mode === "standby" ? 2 : 1);
-    deployment = new Deployment(o.mode, serverDb, dir, servers, o.workers ?? 2);
+    const python = o.pythonWorkers ?? (await hasPython() ? 1 : 0);
+    deployment = new Deployment(o.mode, serverDb, dir, servers, o.workers ?? 2, python);
     await deployment.start();
     const d = deployment;
     const entry = () => d.entry;
@@ -230,6 +233,19 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     await dbLink?.close();
     await pg?.stop();
     if (!o.keep) await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}
+
+async function hasPython(): Promise<boolean> {
+  try {
+    const out = await new Deno.Command("python3", {
+      args: ["-c", "import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)"],
+      stdout: "null",
+      stderr: "null",
+    }).output();
+    return out.success;
+  } catch {
+    return false;
   }
 }
 
