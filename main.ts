@@ -97,6 +97,7 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     new Runtime(store, {
       sessionTimeoutMs: cfg.sessionTimeoutMs,
       maxActiveExecutions: cfg.maxActiveExecutions,
+      cacheExecutions: cfg.cacheExecutions,
       httpAllow: cfg.httpAllow,
       cluster,
       readOnly,
@@ -258,6 +259,12 @@ program.command("server")
   .addOption(
     new Option("--max-active-executions <n>", "running executions beyond which starts answer 429")
       .env("ORBIT_MAX_ACTIVE_EXECUTIONS"),
+  )
+  .addOption(
+    new Option(
+      "--cache-executions <n>",
+      "executions held in memory beyond which idle waiting ones are evicted (default 10000)",
+    ).env("ORBIT_CACHE_EXECUTIONS"),
   )
   .addOption(
     new Option("--http-allow <patterns>", "hosts the HTTP adapter may call (comma-separated)").env(

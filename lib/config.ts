@@ -3,6 +3,7 @@
  * checked with zod into one typed object. Every message names the option and what it needs.
  */
 import { z } from "zod";
+import { DEFAULT_CACHE_EXECUTIONS } from "./execution_cache.ts";
 
 export interface ServerConfig {
   db: string;
@@ -15,6 +16,8 @@ export interface ServerConfig {
   tlsKey: string | null;
   sessionTimeoutMs: number;
   maxActiveExecutions: number | null;
+  /** Executions held in memory beyond which idle ones leave it (lib/execution_cache.ts). */
+  cacheExecutions: number;
   httpAllow: string[];
   ui: boolean;
   logFormat: "text" | "json";
@@ -53,6 +56,7 @@ const raw = z.object({
   tlsKey: z.string().optional(),
   sessionTimeout: number("--session-timeout", 1),
   maxActiveExecutions: number("--max-active-executions", 1).optional(),
+  cacheExecutions: number("--cache-executions", 0).optional(),
   httpAllow: z.union([z.string(), z.array(z.string())]).optional(),
   ui: z.boolean().default(true),
   logFormat: z.enum(["text", "json"], { message: "--log-format must be text or json" }),
@@ -113,6 +117,9 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
   if (o.maxActiveExecutions !== undefined && !Number.isInteger(o.maxActiveExecutions)) {
     throw new ConfigError("--max-active-executions must be a whole number");
   }
+  if (o.cacheExecutions !== undefined && !Number.isInteger(o.cacheExecutions)) {
+    throw new ConfigError("--cache-executions must be a whole number");
+  }
   const allow = (Array.isArray(o.httpAllow) ? o.httpAllow : o.httpAllow ? [o.httpAllow] : [])
     .flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean);
   const level = o.logLevel === "warn" ? "warning" : o.logLevel;
@@ -127,6 +134,7 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
     tlsKey: o.tlsKey ?? null,
     sessionTimeoutMs: Math.round(o.sessionTimeout * 1000),
     maxActiveExecutions: o.maxActiveExecutions ?? null,
+    cacheExecutions: o.cacheExecutions ?? DEFAULT_CACHE_EXECUTIONS,
     httpAllow: allow,
     ui: o.ui,
     logFormat: o.logFormat,

@@ -6,6 +6,13 @@
  *
  * Commands for one execution run one at a time (a promise chain per id); commands for
  * different executions run concurrently and their appends share commits.
+ *
+ * With `cacheExecutions` (a single server or a standby's leader; not shared mode) memory is
+ * bounded: past that many, executions that only wait leave memory (lib/execution_cache.ts),
+ * and whatever happens to one that is not held — a command (signal, cancel, task or child
+ * result, timer), a wait, a start of its id — loads it from history first, through the same
+ * path as a load at start (`#loadOne`). Start-up loads only executions with work in flight or
+ * a timer due soon; a poll every second loads those whose timer comes due.
  */
 import { type Command, continuation, decide, wakeups } from "./engine/decide.ts";
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
@@ -19,6 +26,7 @@ import {
   type ExecutionRow,
   FencedError,
   type Store,
+  type WakingRow,
 } from "./store/store.ts";
 import { sharedChanges } from "./shared_changes.ts";
 import { conflict, invalid, notFound, OrbitError, storageError } from "./errors.ts";
@@ -26,6 +34,7 @@ import type { Metrics } from "./metrics.ts";
 import { validateAgainst } from "./jsonschema.ts";
 import { readRun } from "./signals.ts";
 import { log } from "./log.ts";
+import { evictable, WAKE_AHEAD_MS, WAKE_POLL_MS, wakeAt } from "./execution_cache.ts";
 
 export interface Clock {
   now(): number;
@@ -128,6 +137,11 @@ export class Executions {
   readonly #suspect = new Map<string, ReturnType<typeof setTimeout> | null>();
   /** Shared mode: where commands for executions owned elsewhere go. */
   remote: RemoteCommands | null = null;
+  /** Running executions not held in memory (evicted, or not loaded at start). */
+  #idle = 0;
+  #sweepQueued = false;
+  #wakePoll: ReturnType<typeof setInterval> | undefined;
+  #polling = false;
 
   constructor(
     readonly store: Store,
@@ -135,8 +149,28 @@ export class Executions {
     readonly defs: Definitions,
     readonly clock: Clock,
     readonly metrics: Metrics,
-    readonly opts: { maxActive: number | null; readOnly?: boolean; ownership?: Ownership | null },
+    readonly opts: {
+      maxActive: number | null;
+      readOnly?: boolean;
+      ownership?: Ownership | null;
+      /**
+       * `--cache-executions`: executions held in memory beyond which idle ones leave it and
+       * load again on demand. Absent or null: every running execution stays in memory.
+       */
+      cacheExecutions?: number | null;
+    },
   ) {}
+
+  /** Whether executions load on demand (a bounded cache; never in shared mode or standby). */
+  get #lazy(): boolean {
+    return (this.opts.cacheExecutions ?? null) !== null && !this.opts.readOnly &&
+      !this.opts.ownership;
+  }
+
+  /** Running executions of this server: those held in memory and those left to the store. */
+  get running(): number {
+    return this.active.size + this.#idle;
+  }
 
   /** Shared mode's ownership, or null on a single server and in standby mode. */
   get ownership(): Ownership | null {
@@ -155,7 +189,7 @@ export class Executions {
     create: boolean,
     inbox: number[] = [],
   ): AppendItem {
-    const item: AppendItem = { row: rowOf(next, now), events };
+    const item: AppendItem = { row: rowOf(next, now), events, wake_at_ms: wakeAt(next) };
     if (create) item.create = true;
     const own = this.opts.ownership;
     if (own) {
@@ -250,7 +284,7 @@ export class Executions {
       const a = this.active.get(id);
       if (a) return { created: false, row: rowOf(a.state, this.clock.now()) };
       // Starts of other ids run at the same time: those still committing hold a slot too.
-      const running = this.active.size + this.#starting;
+      const running = this.running + this.#starting;
       if (this.opts.maxActive !== null && running >= this.opts.maxActive) {
         const existing = await this.store.getExecution(id);
         if (existing) return { created: false, row: existing };
@@ -328,6 +362,7 @@ export class Executions {
   > {
     return this.serial(id, async () => {
       if (this.#suspect.has(id)) await this.#resync(id);
+      if (this.#lazy && !this.active.has(id)) await this.#loadOne(id);
       const a = this.active.get(id);
       if (!a) return null;
       const now = this.clock.now();
@@ -453,6 +488,10 @@ export class Executions {
   }
 
   async wait(id: string, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
+    // One that is not held may be running all the same (left to the store): load it.
+    const read = this.#lazy && !this.active.has(id)
+      ? await this.serial(id, () => this.#loadOne(id))
+      : undefined;
     // A running execution is in memory here: no read before or after (its row when it closes
     // is the one just committed), which saves two queries per wait on the hot path.
     if (!this.opts.readOnly && this.active.has(id)) {
@@ -475,7 +514,9 @@ export class Executions {
       const a = this.active.get(id);
       if (a) return rowOf(a.state, this.clock.now());
     }
-    const row = await this.store.getExecution(id);
+    const row = read !== undefined && !this.active.has(id)
+      ? read
+      : await this.store.getExecution(id);
     if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
     // A standby runs nothing, and in shared mode another node may run it: read until it closes.
     if (this.opts.readOnly || this.opts.ownership) {
@@ -494,30 +535,56 @@ export class Executions {
     for (const id of ids) {
       await this.serial(id, async () => {
         if (this.active.has(id)) return;
-        const row = await this.store.getExecution(id);
-        if (!row || (row.status !== "running" && row.status !== "continued")) return;
-        const def = await this.defs.get(row.workflow, row.version);
-        if (!def) {
-          log.engine.error("cannot load execution: its definition is missing", {
-            execution_id: id,
-            workflow: row.workflow,
-            version: row.version,
-          });
-          return;
-        }
-        const state = replay(await readRun(this.store, row.run_id));
-        executions++;
-        inFlight += inFlightCount(state);
-        this.#install(id, null, state, def, []);
-        if (state.continued) await this.#continue(state, def);
+        await this.#loadOne(id, (state) => {
+          executions++;
+          inFlight += inFlightCount(state);
+        });
       });
     }
     return { executions, in_flight: inFlight };
   }
 
-  /** Loads every running execution from history (start-up). */
+  /**
+   * Loads one execution from history unless memory holds it (runs inside `serial`): the one
+   * path by which an execution comes back, at a shared-mode takeover and whenever something
+   * happens to one that was left to the store. Answers the row read (null: no such
+   * execution), or undefined when memory held it.
+   */
+  async #loadOne(
+    id: string,
+    loaded?: (state: ExecutionState) => void,
+  ): Promise<ExecutionRow | null | undefined> {
+    if (this.active.has(id)) return undefined;
+    const row = await this.store.getExecution(id);
+    if (!row || (row.status !== "running" && row.status !== "continued")) return row;
+    if (this.active.has(id)) return undefined;
+    const def = await this.defs.get(row.workflow, row.version);
+    if (!def) {
+      log.engine.error("cannot load execution: its definition is missing", {
+        execution_id: id,
+        workflow: row.workflow,
+        version: row.version,
+      });
+      return row;
+    }
+    const state = replay(await readRun(this.store, row.run_id));
+    if (this.active.has(id)) return undefined;
+    loaded?.(state);
+    if (this.#lazy && row.status === "running" && this.#idle > 0) this.#idle--;
+    this.#install(id, null, state, def, []);
+    if (state.continued) await this.#continue(state, def);
+    return row;
+  }
+
+  /**
+   * Loads running executions from history (start-up): every one, or with a bounded cache
+   * those with work in flight or a timer due soon (the rest load on demand).
+   */
   async recover(): Promise<{ executions: number; in_flight: number }> {
-    const loaded = await this.store.loadRunning();
+    const lazy = this.#lazy;
+    const loaded = lazy
+      ? await this.store.loadRunningDue(this.clock.now() + WAKE_AHEAD_MS)
+      : await this.store.loadRunning();
     let inFlight = 0;
     for (const { row, events } of loaded) {
       const def = await this.defs.get(row.workflow, row.version);
@@ -534,7 +601,73 @@ export class Executions {
       this.#install(row.execution_id, null, state, def, []);
     }
     await this.#recoverContinued();
+    if (lazy) {
+      this.#idle = Math.max(0, (await this.store.countRunning()) - this.active.size);
+      this.#wakePoll = setInterval(() => {
+        this.#pollWakeups();
+        this.#sweep();
+      }, WAKE_POLL_MS);
+      this.#scheduleSweep();
+    }
     return { executions: this.active.size, in_flight: inFlight };
+  }
+
+  /**
+   * Loads the executions left to the store whose next timer comes due within WAKE_AHEAD_MS;
+   * their timers are armed by the load. Pages through every such row; one poll at a time.
+   */
+  async #pollWakeups(): Promise<void> {
+    if (this.#polling || this.#stopped) return;
+    this.#polling = true;
+    try {
+      const before = this.clock.now() + WAKE_AHEAD_MS;
+      let after: WakingRow | null = null;
+      for (;;) {
+        const page: WakingRow[] = await this.store.listWaking(before, after, 1000);
+        for (const w of page) {
+          if (this.#stopped) return;
+          if (this.active.has(w.execution_id)) continue;
+          await this.serial(w.execution_id, () => this.#loadOne(w.execution_id));
+        }
+        if (page.length < 1000) break;
+        after = page[page.length - 1]!;
+      }
+    } catch (e) {
+      log.engine.warn("cannot load executions whose timers come due; retrying in 1 s", {
+        error: (e as Error).message,
+      });
+    } finally {
+      this.#polling = false;
+    }
+  }
+
+  #scheduleSweep(): void {
+    if (this.#sweepQueued || this.#stopped) return;
+    this.#sweepQueued = true;
+    setTimeout(() => this.#sweep(), 0);
+  }
+
+  /**
+   * Past the cache's size, lets idle executions go, least recently changed first, down to
+   * nine tenths of it. Idle: nothing in flight and no timer within the horizon (see
+   * lib/execution_cache.ts), no command running or queued, nobody waiting on it, not being
+   * rebuilt. Memory holds no more of it than its timers (cleared); the store has the rest.
+   */
+  #sweep(): void {
+    this.#sweepQueued = false;
+    const cap = this.opts.cacheExecutions ?? null;
+    if (cap === null || !this.#lazy || this.#stopped || this.active.size <= cap) return;
+    let over = this.active.size - Math.floor(cap * 0.9);
+    const now = this.clock.now();
+    for (const [id, a] of this.active) {
+      if (over <= 0) break;
+      if (this.#chains.has(id) || this.#waiters.has(id) || this.#suspect.has(id)) continue;
+      if (!evictable(a.state, now)) continue;
+      for (const t of a.timers) clearTimeout(t);
+      this.active.delete(id);
+      this.#idle++;
+      over--;
+    }
   }
 
   /**
@@ -593,6 +726,7 @@ export class Executions {
 
   stop(): void {
     this.#stopped = true;
+    clearInterval(this.#wakePoll);
     for (const t of this.#suspect.values()) if (t) clearTimeout(t);
     for (const a of this.active.values()) for (const t of a.timers) clearTimeout(t);
     for (const set of this.#waiters.values()) for (const w of [...set]) w();
@@ -623,6 +757,11 @@ export class Executions {
    * although it reported an error).
    */
   async #adopt(id: string): Promise<ExecutionRow | null> {
+    // With a bounded cache a running execution may be left to the store: its row answers,
+    // unless a failed commit may have put memory behind the history.
+    if (this.#lazy && !this.active.has(id) && !this.#suspect.has(id)) {
+      return await this.store.getExecution(id);
+    }
     if (!this.active.has(id)) await this.#resync(id);
     const a = this.active.get(id);
     if (a) return rowOf(a.state, this.clock.now());
@@ -736,7 +875,11 @@ export class Executions {
       if (set) { for (const w of [...set]) w(row); }
     } else {
       const entry: Active = { state: next, def, timers: [] };
+      // Map order is the order of change: the sweep lets the least recently changed go first.
+      this.active.delete(id);
       this.active.set(id, entry);
+      const cap = this.opts.cacheExecutions ?? null;
+      if (cap !== null && this.active.size > cap) this.#scheduleSweep();
       if (!this.#stopped) {
         for (const w of wakeups(next)) entry.timers.push(this.#arm(id, w.at, w.cmd));
       }

@@ -20,6 +20,8 @@ import type { ClusterView } from "../cluster/node.ts";
 export interface RuntimeOptions {
   sessionTimeoutMs: number;
   maxActiveExecutions: number | null;
+  /** `--cache-executions`: idle executions beyond this many leave memory (none: all stay). */
+  cacheExecutions?: number | null;
   /** Standby mode: the cluster this server takes part in (cluster/node.ts). */
   cluster?: ClusterView | null;
   /** A standby's runtime: never started, reads only (waits re-read the database). */
@@ -73,6 +75,7 @@ export class Runtime {
       this.metrics,
       {
         maxActive: opts.maxActiveExecutions,
+        cacheExecutions: opts.cacheExecutions ?? null,
         readOnly: opts.readOnly ?? false,
         ownership: shared?.ownership ?? null,
       },
@@ -150,7 +153,7 @@ export class Runtime {
       api_version: API_VERSION,
       runtime_version: RUNTIME_VERSION,
       ir_versions: [...SUPPORTED_IR],
-      active_executions: this.executions.active.size,
+      active_executions: this.executions.running,
       worker_sessions: this.workers.sessions.size,
       ...(await this.cluster()),
     };
@@ -167,7 +170,8 @@ export class Runtime {
 
   renderMetrics(): string {
     return this.metrics.render({
-      orbit_active_executions: this.executions.active.size,
+      orbit_active_executions: this.executions.running,
+      orbit_cached_executions: this.executions.active.size,
       orbit_worker_sessions: this.workers.sessions.size,
     });
   }

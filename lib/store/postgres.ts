@@ -46,6 +46,7 @@ import {
   type SharedAppend,
   type Store,
   termFencedError,
+  type WakingRow,
 } from "./store.ts";
 
 export interface PostgresStoreOptions {
@@ -75,6 +76,8 @@ type WorkflowDefinitionsRecord = DefinitionRow;
 /** One element of the commit's `$1`: an execution row and whether it is inserted. */
 interface CommitRowParam extends ExecutionRow {
   is_create: boolean;
+  /** AppendItem.wake_at_ms (undefined written as 0). */
+  wake_at_ms: number | null;
   owner_node?: string;
   owner_epoch?: number;
 }
@@ -131,6 +134,7 @@ function commitParams(items: AppendItem[]): { rows: CommitRowParam[]; events: Co
     const row: CommitRowParam = {
       ...item.row,
       is_create: prev ? prev.is_create : item.create === true,
+      wake_at_ms: item.wake_at_ms === undefined ? 0 : item.wake_at_ms,
     };
     if (item.shared) {
       row.owner_node = item.shared.node_id;
@@ -389,6 +393,24 @@ class PostgresStore implements Store {
       q.LOAD_RUNNING,
     );
     return rows.map((r) => ({ row: toExecutionRow(r), events: r.events }));
+  }
+
+  async loadRunningDue(
+    beforeMs: number,
+  ): Promise<Array<{ row: ExecutionRow; events: HistoryEvent[] }>> {
+    const rows = await this.#query<WorkflowExecutionsRecord & { events: HistoryEvent[] }>(
+      q.LOAD_RUNNING_DUE,
+      [beforeMs],
+    );
+    return rows.map((r) => ({ row: toExecutionRow(r), events: r.events }));
+  }
+
+  async listWaking(beforeMs: number, after: WakingRow | null, limit: number): Promise<WakingRow[]> {
+    const rows = await this.#query<{ execution_id: string; wake_at_ms: string | number }>(
+      q.LIST_WAKING,
+      [beforeMs, after?.wake_at_ms ?? 0, after?.execution_id ?? "", Math.max(1, Math.floor(limit))],
+    );
+    return rows.map((r) => ({ execution_id: r.execution_id, wake_at_ms: Number(r.wake_at_ms) }));
   }
 
   async countRunning(): Promise<number> {

@@ -35,6 +35,7 @@ import {
   type ScheduleUpdate,
   type Store,
   termFencedError,
+  type WakingRow,
 } from "./store.ts";
 
 type SqlValue = null | number | bigint | string | Uint8Array;
@@ -89,8 +90,11 @@ function fromJson(text: string | null): unknown {
   return text === null ? null : JSON.parse(text);
 }
 
-/** The numbered parameters of INSERT_EXECUTION and UPSERT_EXECUTION (EXECUTION_COLUMNS order). */
-function executionParams(row: ExecutionRow): SqlValue[] {
+/**
+ * The numbered parameters of INSERT_EXECUTION and UPSERT_EXECUTION (EXECUTION_WRITE_COLUMNS
+ * order: the row's columns, then wake_at_ms).
+ */
+function executionParams(row: ExecutionRow, wakeAtMs: number | null | undefined): SqlValue[] {
   return [
     row.execution_id,
     row.run_id,
@@ -106,6 +110,7 @@ function executionParams(row: ExecutionRow): SqlValue[] {
     row.closed_ms ?? null,
     row.updated_ms,
     row.last_seq,
+    wakeAtMs === undefined ? 0 : wakeAtMs,
   ];
 }
 
@@ -256,7 +261,7 @@ class SqliteStore implements Store {
       this.#transaction(q.BEGIN_IMMEDIATE, () => {
         const insertEvent = this.#stmt(q.INSERT_EVENT);
         for (const item of items) {
-          const params = executionParams(item.row);
+          const params = executionParams(item.row, item.wake_at_ms);
           if (item.create) {
             const { changes } = this.#stmt(q.INSERT_EXECUTION).run(...params);
             if (Number(changes) !== 1) throw new DuplicateExecutionError(item.row.execution_id);
@@ -330,6 +335,33 @@ class SqliteStore implements Store {
               .map((e) => JSON.parse(e.data) as HistoryEvent),
           })),
       )
+    );
+  }
+
+  loadRunningDue(beforeMs: number): Promise<Array<{ row: ExecutionRow; events: HistoryEvent[] }>> {
+    return this.#run(() =>
+      this.#transaction(
+        q.BEGIN_DEFERRED,
+        () =>
+          this.#all<WorkflowExecutionsRecord>(q.LIST_RUNNING_DUE, { before_ms: beforeMs }).map((
+            r,
+          ) => ({
+            row: toExecutionRow(r),
+            events: this.#all<{ data: string }>(q.READ_FULL_HISTORY, { run_id: r.run_id })
+              .map((e) => JSON.parse(e.data) as HistoryEvent),
+          })),
+      )
+    );
+  }
+
+  listWaking(beforeMs: number, after: WakingRow | null, limit: number): Promise<WakingRow[]> {
+    return this.#run(() =>
+      this.#all<WakingRow>(q.LIST_WAKING, {
+        before_ms: beforeMs,
+        after_ms: after?.wake_at_ms ?? 0,
+        after_id: after?.execution_id ?? "",
+        limit: Math.max(1, Math.floor(limit)),
+      }).map((r) => ({ execution_id: r.execution_id, wake_at_ms: Number(r.wake_at_ms) }))
     );
   }
 

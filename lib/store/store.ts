@@ -45,6 +45,18 @@ export interface AppendItem {
   create?: boolean;
   /** Shared mode: the ownership this append needs, and the queue and inbox rows it changes. */
   shared?: SharedAppend;
+  /**
+   * When the engine must hold the execution in memory again (`wake_at_ms`): 0 while it has
+   * work in flight, the time of its next timer, null when only an outside event (a signal, a
+   * cancel) moves it or it is closed. Undefined writes 0 (loaded at every start).
+   */
+  wake_at_ms?: number | null;
+}
+
+/** A running execution whose next timer comes due (`listWaking`). */
+export interface WakingRow {
+  execution_id: string;
+  wake_at_ms: number;
 }
 
 /** A queued task row of shared mode (`orbit_tasks`), written with its StepScheduled. */
@@ -242,6 +254,17 @@ export interface Store {
   readHistory(runId: string, afterSeq: number, limit: number): Promise<HistoryEvent[]>;
   /** Every execution whose status is `running`, with its whole current-run history (recovery). */
   loadRunning(): Promise<Array<{ row: ExecutionRow; events: HistoryEvent[] }>>;
+  /**
+   * Running executions to load at start-up, with their current-run histories: those with
+   * work in flight (`wake_at_ms` 0) or a timer due at or before `beforeMs`. Those with a null
+   * `wake_at_ms` (waiting for an outside event) or a later timer are left to load on demand.
+   */
+  loadRunningDue(beforeMs: number): Promise<Array<{ row: ExecutionRow; events: HistoryEvent[] }>>;
+  /**
+   * Running executions with a timer (`wake_at_ms` > 0) due at or before `beforeMs`, in
+   * (wake_at_ms, execution_id) order after the keyset `after`, at most `limit`.
+   */
+  listWaking(beforeMs: number, after: WakingRow | null, limit: number): Promise<WakingRow[]>;
   /** Number of executions with status `running`. */
   countRunning(): Promise<number>;
 

@@ -391,6 +391,61 @@ export function runStoreConformance(
     assert.deepEqual(running[0]?.events.map((e) => e.seq), [1, 2, 3, 4, 5, 6]);
   });
 
+  test("wake_at_ms: loadRunningDue() loads in-flight and due executions, listWaking() timers", async (store) => {
+    // a: work in flight (0); b: a timer at 1000; c: a timer at 9000; d: waits for a signal
+    // (null); e: written without a wake-up (0, loaded at every start); f: closed.
+    const wake: Record<string, number | null | undefined> = {
+      a: 0,
+      b: 1000,
+      c: 9000,
+      d: null,
+      e: undefined,
+      f: null,
+    };
+    const items = Object.entries(wake).map(([id, w], i) => {
+      const item = createItem(id, { created_ms: i + 1 });
+      if (w !== undefined) item.wake_at_ms = w;
+      return item;
+    });
+    await store.commit(items);
+    await store.commit([appendItem(items[5]!.row, 1, { status: "completed", closed_ms: 9 })]);
+    const due = await store.loadRunningDue(5000);
+    assert.deepEqual(due.map((r) => r.row.execution_id), ["a", "b", "e"]);
+    assert.deepEqual(due[1], { row: items[1]!.row, events: items[1]!.events });
+    assert.deepEqual((await store.loadRunningDue(10_000)).map((r) => r.row.execution_id), [
+      "a",
+      "b",
+      "c",
+      "e",
+    ]);
+    // listWaking: timers only (not 0), in (wake_at_ms, execution_id) order, paged by keyset.
+    assert.deepEqual(await store.listWaking(5000, null, 10), [{
+      execution_id: "b",
+      wake_at_ms: 1000,
+    }]);
+    const first = await store.listWaking(10_000, null, 1);
+    assert.deepEqual(first, [{ execution_id: "b", wake_at_ms: 1000 }]);
+    assert.deepEqual(await store.listWaking(10_000, first[0]!, 1), [
+      { execution_id: "c", wake_at_ms: 9000 },
+    ]);
+    assert.deepEqual(
+      await store.listWaking(10_000, { execution_id: "c", wake_at_ms: 9000 }, 1),
+      [],
+    );
+    // An update writes the new wake-up (the timer fired, the execution waits for a signal
+    // now); a closed execution is never due, whatever it was written with.
+    const b2 = appendItem(items[1]!.row, 1);
+    b2.wake_at_ms = null;
+    const c2 = appendItem(items[2]!.row, 1, { status: "failed", closed_ms: 10 });
+    c2.wake_at_ms = 0;
+    await store.commit([b2, c2]);
+    assert.deepEqual((await store.loadRunningDue(10_000)).map((r) => r.row.execution_id), [
+      "a",
+      "e",
+    ]);
+    assert.deepEqual(await store.listWaking(10_000, null, 10), []);
+  });
+
   test("countRunning() counts running executions only", async (store) => {
     assert.equal(await store.countRunning(), 0);
     const items = ["a", "b", "c", "d"].map((id) => createItem(id));

@@ -192,4 +192,19 @@ ALTER TABLE orbit_inbox ADD COLUMN reply_to text;
 CREATE INDEX orbit_inbox_execution_idx ON orbit_inbox (execution_id, seq);
 `,
   },
+  {
+    version: 4,
+    name: "execution wake-ups",
+    sql: `
+-- wake_at_ms: when the engine must hold the execution in memory again (lib/executions.ts):
+-- 0 while it has work in flight, the time of its next timer, NULL when only an outside event
+-- (a signal, a cancel) moves it, or it is closed. Start-up loads the running rows due soon;
+-- a poll loads those whose timer comes due. Rows written before this version, and rows the
+-- shared mode's commit writes (it leaves the column alone), load at start.
+ALTER TABLE workflow_executions ADD COLUMN wake_at_ms bigint DEFAULT 0;
+UPDATE workflow_executions SET wake_at_ms = NULL WHERE status NOT IN ('running', 'continued');
+CREATE INDEX workflow_executions_wake_idx ON workflow_executions (wake_at_ms)
+  WHERE wake_at_ms IS NOT NULL;
+`,
+  },
 ];

@@ -93,7 +93,7 @@ item AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
     execution_id text, run_id text, root_id text, parent_id text, workflow text, version text,
     status text, input jsonb, output jsonb, error jsonb, created_ms bigint, closed_ms bigint,
-    updated_ms bigint, last_seq bigint, is_create boolean)
+    updated_ms bigint, last_seq bigint, is_create boolean, wake_at_ms bigint)
 ),
 ev AS (
   INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data)
@@ -104,19 +104,19 @@ ev AS (
   RETURNING 1
 ),
 created AS (
-  INSERT INTO workflow_executions (${EXECUTION_COLUMNS})
-  SELECT ${EXECUTION_COLUMNS} FROM item WHERE is_create AND ${guard}
+  INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
+  SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item WHERE is_create AND ${guard}
   RETURNING 1
 ),
 updated AS (
-  INSERT INTO workflow_executions (${EXECUTION_COLUMNS})
-  SELECT ${EXECUTION_COLUMNS} FROM item WHERE NOT is_create AND ${guard}
+  INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
+  SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item WHERE NOT is_create AND ${guard}
   ON CONFLICT (execution_id) DO UPDATE SET
     run_id = excluded.run_id, root_id = excluded.root_id, parent_id = excluded.parent_id,
     workflow = excluded.workflow, version = excluded.version, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
     closed_ms = excluded.closed_ms, updated_ms = excluded.updated_ms,
-    last_seq = excluded.last_seq
+    last_seq = excluded.last_seq, wake_at_ms = excluded.wake_at_ms
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM ev) AS events,
@@ -182,6 +182,29 @@ SELECT ${EXECUTION_COLUMNS},
             WHERE e.run_id = x.run_id), '[]'::json) AS events
 FROM workflow_executions x WHERE x.status = 'running'
 ORDER BY x.created_ms, x.execution_id`;
+
+/**
+ * Running executions to load at start-up (with work in flight, wake_at_ms 0, or a timer due
+ * at or before $1), with their whole current-run histories, in one statement. The rest are
+ * loaded when something happens to them.
+ */
+export const LOAD_RUNNING_DUE = `
+SELECT ${EXECUTION_COLUMNS},
+  coalesce((SELECT json_agg(e.data ORDER BY e.seq) FROM execution_events e
+            WHERE e.run_id = x.run_id), '[]'::json) AS events
+FROM workflow_executions x
+WHERE x.wake_at_ms IS NOT NULL AND x.wake_at_ms <= $1 AND x.status = 'running'
+ORDER BY x.created_ms, x.execution_id`;
+
+/**
+ * Running executions whose next timer is due at or before $1, in (wake_at_ms, execution_id)
+ * order after the keyset ($2, $3), at most $4.
+ */
+export const LIST_WAKING = `
+SELECT execution_id, wake_at_ms FROM workflow_executions
+WHERE wake_at_ms IS NOT NULL AND wake_at_ms > 0 AND wake_at_ms <= $1
+  AND (wake_at_ms, execution_id) > ($2::bigint, $3::text) AND status = 'running'
+ORDER BY wake_at_ms, execution_id LIMIT $4`;
 
 /** Number of running executions (the `--max-active-executions` gate). */
 export const COUNT_RUNNING =

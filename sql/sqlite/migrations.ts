@@ -172,4 +172,18 @@ ALTER TABLE orbit_schedules ADD COLUMN last_fired_ms INTEGER;
 DROP INDEX IF EXISTS execution_events_execution_idx;
 `,
   },
+  {
+    version: 4,
+    name: "execution wake-ups",
+    sql: `
+-- wake_at_ms: when the engine must hold the execution in memory again (lib/executions.ts):
+-- 0 while it has work in flight, the time of its next timer, NULL when only an outside event
+-- (a signal, a cancel) moves it, or it is closed. Start-up loads the running rows due soon;
+-- a poll loads those whose timer comes due. Rows written before this version load at start.
+ALTER TABLE workflow_executions ADD COLUMN wake_at_ms INTEGER DEFAULT 0;
+UPDATE workflow_executions SET wake_at_ms = NULL WHERE status NOT IN ('running', 'continued');
+CREATE INDEX workflow_executions_wake_idx ON workflow_executions (wake_at_ms)
+  WHERE wake_at_ms IS NOT NULL;
+`,
+  },
 ];

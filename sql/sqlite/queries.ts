@@ -93,8 +93,15 @@ SELECT data FROM execution_events WHERE run_id = $run_id ORDER BY seq`;
 const EXECUTION_COLUMNS = `execution_id, run_id, root_id, parent_id, workflow, version, status,
   input, output, error, created_ms, closed_ms, updated_ms, last_seq`;
 
-/** Numbered parameters of every column, in EXECUTION_COLUMNS order. */
-const EXECUTION_VALUES = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14";
+/**
+ * Columns an append writes: every column of the row, then `wake_at_ms` (when the engine must
+ * hold the execution in memory again: 0 while it has work in flight, the time of its next
+ * timer, NULL when only an outside event moves it or it is closed). Reads never need it.
+ */
+const EXECUTION_WRITE_COLUMNS = `${EXECUTION_COLUMNS}, wake_at_ms`;
+
+/** Numbered parameters of every written column, in EXECUTION_WRITE_COLUMNS order. */
+const EXECUTION_VALUES = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15";
 
 /**
  * Inserts a new execution; `changes` is 0 when the id exists, which the store turns into
@@ -102,7 +109,7 @@ const EXECUTION_VALUES = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13
  * in EXECUTION_COLUMNS order.
  */
 export const INSERT_EXECUTION = `
-INSERT INTO workflow_executions (${EXECUTION_COLUMNS}) VALUES (${EXECUTION_VALUES})
+INSERT INTO workflow_executions (${EXECUTION_WRITE_COLUMNS}) VALUES (${EXECUTION_VALUES})
 ON CONFLICT (execution_id) DO NOTHING`;
 
 /**
@@ -111,12 +118,13 @@ ON CONFLICT (execution_id) DO NOTHING`;
  * column, in EXECUTION_COLUMNS order.
  */
 export const UPSERT_EXECUTION = `
-INSERT INTO workflow_executions (${EXECUTION_COLUMNS}) VALUES (${EXECUTION_VALUES})
+INSERT INTO workflow_executions (${EXECUTION_WRITE_COLUMNS}) VALUES (${EXECUTION_VALUES})
 ON CONFLICT (execution_id) DO UPDATE SET
   run_id = excluded.run_id, root_id = excluded.root_id, parent_id = excluded.parent_id,
   workflow = excluded.workflow, version = excluded.version, status = excluded.status,
   input = excluded.input, output = excluded.output, error = excluded.error,
-  closed_ms = excluded.closed_ms, updated_ms = excluded.updated_ms, last_seq = excluded.last_seq`;
+  closed_ms = excluded.closed_ms, updated_ms = excluded.updated_ms, last_seq = excluded.last_seq,
+  wake_at_ms = excluded.wake_at_ms`;
 
 /** One execution. Params: $execution_id. */
 export const GET_EXECUTION = `
@@ -155,6 +163,26 @@ ${LIST_EXECUTIONS_ORDER}`;
 export const LIST_RUNNING = `
 SELECT ${EXECUTION_COLUMNS} FROM workflow_executions WHERE status = 'running'
 ORDER BY created_ms, execution_id`;
+
+/**
+ * Running executions to load at start-up: those with work in flight (wake_at_ms 0) or a timer
+ * due before $before_ms; oldest first. The rest are loaded when something happens to them.
+ */
+export const LIST_RUNNING_DUE = `
+SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+WHERE wake_at_ms IS NOT NULL AND wake_at_ms <= $before_ms AND status = 'running'
+ORDER BY created_ms, execution_id`;
+
+/**
+ * Running executions whose next timer is due before $before_ms, in (wake_at_ms, execution_id)
+ * order after the keyset ($after_ms, $after_id), at most $limit. Params: $before_ms,
+ * $after_ms, $after_id, $limit.
+ */
+export const LIST_WAKING = `
+SELECT execution_id, wake_at_ms FROM workflow_executions
+WHERE wake_at_ms IS NOT NULL AND wake_at_ms > 0 AND wake_at_ms <= $before_ms
+  AND (wake_at_ms, execution_id) > ($after_ms, $after_id) AND status = 'running'
+ORDER BY wake_at_ms, execution_id LIMIT $limit`;
 
 /** Number of running executions (the `--max-active-executions` gate). */
 export const COUNT_RUNNING =
