@@ -125,6 +125,10 @@ export class SharedNode implements ClusterView, RemoteCommands {
   #beatFailed = false;
   #ticking = false;
   #tick: ReturnType<typeof setInterval> | undefined;
+  #beat: ReturnType<typeof setInterval> | undefined;
+  #beatStarted: number | null = null;
+  /** Since when the heartbeat has been written without a gap (redeliveries wait for calm). */
+  #healthySince = 0;
   #ticks = 0;
   #replies = new Map<number, (r: Reply) => void>();
   #early = new Map<number, Reply>();
@@ -201,7 +205,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   async open(): Promise<void> {
     const id = this.opts.nodeId;
     this.#store = await openStore(this.opts.url, {
-      max: Number(Deno.env.get("ORBIT_STORE_CONNS") ?? 1),
+      max: 1,
       applicationName: `orbit-store:${id}`,
       afterCommit: ({ queued, closed }) => {
         const n = closed.map((payload) => ({ channel: "orbit_done", payload }));
@@ -246,6 +250,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
           newId: this.opts.newId ?? (() => crypto.randomUUID()),
           sql: this.#req!,
           drainInbox: (execId) => this.#drainExecution(execId),
+          healthySince: () => this.#healthySince,
           notify: (list) => this.notify(list),
         }),
       recover: () => this.#resume(),
@@ -295,6 +300,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
     await this.#join();
     this.#joined = true;
     this.#lastBeat = this.now();
+    this.#healthySince = this.now();
+    this.#beat = setInterval(() => this.#onBeat(), TICK_MS);
     this.#tick = setInterval(() => this.#onTick(), TICK_MS);
     await this.#rt!.start();
     this.#resumed = true;
@@ -373,11 +380,37 @@ export class SharedNode implements ClusterView, RemoteCommands {
     return loaded;
   }
 
+  /**
+   * The heartbeat, on its own timer so that slow maintenance cannot hold it back. A heartbeat
+   * stuck for longer than twice the node timeout means the connection is wedged (seen after
+   * connect timeouts while PostgreSQL restarts under load): the client is replaced.
+   */
+  async #onBeat(): Promise<void> {
+    if (this.#stopped) return;
+    if (this.#beatStarted !== null) {
+      if (this.now() - this.#beatStarted < Math.max(5000, 2 * this.opts.nodeTimeoutMs)) return;
+      log.shared.warn("shared: the heartbeat connection is stuck; reconnecting", {
+        node_id: this.opts.nodeId,
+      });
+      const old = this.#hb;
+      this.#hb = postgresClient(this.opts.url, {
+        max: 1,
+        applicationName: `orbit-heartbeat:${this.opts.nodeId}`,
+      });
+      old?.end({ timeout: 0 }).catch(() => {});
+    }
+    const started = this.#beatStarted = this.now();
+    try {
+      await this.#heartbeat();
+    } finally {
+      if (this.#beatStarted === started) this.#beatStarted = null;
+    }
+  }
+
   async #onTick(): Promise<void> {
     if (this.#ticking || this.#stopped) return;
     this.#ticking = true;
     try {
-      await this.#heartbeat();
       if (this.#stopped || !this.serving()) return;
       await this.#takeOver();
       this.drain();
@@ -417,6 +450,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#lastBeat = this.now();
     if (this.#beatFailed || gap > this.opts.nodeTimeoutMs) {
       this.#beatFailed = false;
+      this.#healthySince = this.now();
       log.shared.info("shared: heartbeat written again; checking ownership", {
         node_id: this.opts.nodeId,
         silent_ms: gap,
@@ -507,7 +541,9 @@ export class SharedNode implements ClusterView, RemoteCommands {
             this.opts.nodeId,
             500,
           ]);
-          for (const e of entries) await this.#apply(e);
+          // Entries of different executions apply concurrently (their appends share
+          // commits); those of one execution one after another, in seq order.
+          await this.#applyAll(entries);
           if (entries.length === 500) this.#drainAgain = true;
         } while (this.#drainAgain && !this.#stopped);
       } catch (e) {
@@ -523,7 +559,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /** Applies the pending entries of one execution now (a result that needs its dispatch). */
   async #drainExecution(id: string): Promise<void> {
     const entries = await this.#sql("req")<InboxEntry>(q.READ_INBOX_OF, [id]);
-    for (const e of entries) await this.#apply(e);
+    await this.#applyAll(entries);
   }
 
   #cmdOf(e: InboxEntry): Command | null {
@@ -554,6 +590,19 @@ export class SharedNode implements ClusterView, RemoteCommands {
       default:
         return null;
     }
+  }
+
+  /** Entries in seq order: one execution's one after another, executions side by side. */
+  async #applyAll(entries: InboxEntry[]): Promise<void> {
+    const byExecution = new Map<string, InboxEntry[]>();
+    for (const e of entries) {
+      const list = byExecution.get(e.execution_id);
+      if (list) list.push(e);
+      else byExecution.set(e.execution_id, [e]);
+    }
+    await Promise.all([...byExecution.values()].map(async (list) => {
+      for (const e of list) await this.#apply(e);
+    }));
   }
 
   async #apply(e: InboxEntry): Promise<void> {
@@ -771,6 +820,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     if (this.#stopped && !this.#tick) return;
     this.#stopped = true;
     clearInterval(this.#tick);
+    clearInterval(this.#beat);
     this.#tick = undefined;
     await this.#rt?.stop().catch(() => {});
     if (this.#joined) {
@@ -797,6 +847,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   async abort(): Promise<void> {
     this.#stopped = true;
     clearInterval(this.#tick);
+    clearInterval(this.#beat);
     await this.#rt?.stop().catch(() => {});
     await Promise.all(
       [this.#req, this.#hb, this.#listen].map((s) => s?.end({ timeout: 1 }).catch(() => {})),

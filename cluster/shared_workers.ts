@@ -47,6 +47,12 @@ export interface SharedWorkersOptions {
   sql: postgres.Sql;
   /** Applies the inbox entries of one execution owned here (a result may need its dispatch). */
   drainInbox(executionId: string): Promise<void>;
+  /**
+   * Since when this node's own heartbeat has been written without a gap. After a database
+   * outage nobody could record contacts or confirmations, so redeliveries that judge silence
+   * wait until the node has been healthy for a session timeout.
+   */
+  healthySince(): number;
   /** Sends notifications after a write (never inside it). */
   notify(list: Array<{ channel: string; payload: string }>): void;
 }
@@ -85,6 +91,7 @@ export class SharedWorkers implements WorkerService {
   #orphans = new Map<string, number>();
   #timers: ReturnType<typeof setInterval>[] = [];
   #checking = false;
+  #checkStarted = 0;
   #stopped = false;
 
   constructor(
@@ -515,12 +522,20 @@ export class SharedWorkers implements WorkerService {
     }
   }
 
-  /** The owner's watch over the sessions holding its attempts (every 500 ms). */
+  /**
+   * The owner's watch over the sessions holding its attempts (every 500 ms). A check that has
+   * not finished within 10 s (a wedged connection) no longer holds the next ones back.
+   */
   async #checkSessions(): Promise<void> {
-    if (this.#checking) return;
+    if (this.#checking && this.opts.now() - this.#checkStarted < 10_000) return;
+    if (this.#checking) {
+      log.engine.warn("the worker session check has not finished for 10 s; starting another");
+    }
+    const mine = this.#checkStarted = this.opts.now();
     this.#checking = true;
     try {
       const now = this.opts.now();
+      const calm = now - this.opts.healthySince() > this.opts.sessionTimeoutMs + 1000;
       for (const [token, at] of [...this.#orphans]) {
         if (at > now) continue;
         this.#orphans.delete(token);
@@ -537,6 +552,7 @@ export class SharedWorkers implements WorkerService {
       // An attempt its live worker does not list in its heartbeats was never received (the
       // answer that carried it was lost, e.g. with a server that paused): redelivered one
       // session timeout after its claim or its last confirmation.
+      if (!calm) return;
       if (this.#held.size > 0) {
         const rows = await this.#q<{ token: string; claimed_ms: number | null }>(
           q.CONFIRMED_AT,
@@ -600,7 +616,7 @@ export class SharedWorkers implements WorkerService {
     } catch (e) {
       log.engine.warn("cannot check worker sessions", { error: (e as Error).message });
     } finally {
-      this.#checking = false;
+      if (this.#checkStarted === mine) this.#checking = false;
     }
   }
 }
