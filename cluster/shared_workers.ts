@@ -549,30 +549,11 @@ export class SharedWorkers implements WorkerService {
           "no result arrived within --session-timeout after this node took the execution over",
         );
       }
-      // An attempt its live worker does not list in its heartbeats was never received (the
-      // answer that carried it was lost, e.g. with a server that paused): redelivered one
-      // session timeout after its claim or its last confirmation.
       if (!calm) return;
-      if (this.#held.size > 0) {
-        const rows = await this.#q<{ token: string; claimed_ms: number | null }>(
-          q.CONFIRMED_AT,
-          [[...this.#held.keys()]],
-        );
-        for (const r of rows) {
-          const h = this.#held.get(r.token);
-          if (!h || r.claimed_ms === null) continue;
-          if (now - Number(r.claimed_ms) <= this.opts.sessionTimeoutMs + 1000) continue;
-          this.#held.delete(r.token);
-          this.#orphans.delete(r.token);
-          this.executions.uncertain(
-            h.execution_id,
-            r.token,
-            `worker \`${h.worker_id}\` does not list the attempt in its heartbeats`,
-          );
-        }
-      }
       const sessions = new Set<string>();
       for (const h of this.#held.values()) sessions.add(h.session);
+      /** Sessions found alive in this pass: only their attempts are judged by confirmation. */
+      const alive = new Set<string>();
       if (sessions.size > 0) {
         const rows = await this.#q<{ session_id: string; last_contact_ms: number }>(
           q.SESSION_CONTACTS,
@@ -581,10 +562,12 @@ export class SharedWorkers implements WorkerService {
         const contact = new Map(rows.map((r) => [r.session_id, r.last_contact_ms]));
         for (const [token, h] of [...this.#held]) {
           const local = this.sessions.get(h.session);
-          if (local && local.polling > 0) continue;
           const last = Math.max(contact.get(h.session) ?? -Infinity, local?.last_contact_ms ?? 0);
-          if (contact.has(h.session) && now - last <= this.opts.sessionTimeoutMs) continue;
-          if (!contact.has(h.session) && local && now - last <= this.opts.sessionTimeoutMs) {
+          if (
+            (local && local.polling > 0) ||
+            ((contact.has(h.session) || local) && now - last <= this.opts.sessionTimeoutMs)
+          ) {
+            alive.add(h.session);
             continue;
           }
           this.#held.delete(token);
@@ -593,6 +576,27 @@ export class SharedWorkers implements WorkerService {
             h.execution_id,
             token,
             `worker \`${h.worker_id}\` stopped responding`,
+          );
+        }
+      }
+      // After the sessions: an attempt its live worker does not list in its heartbeats was
+      // never received (the answer that carried it was lost, e.g. with a server that paused):
+      // redelivered one session timeout after its claim or its last confirmation.
+      if (this.#held.size > 0) {
+        const rows = await this.#q<{ token: string; claimed_ms: number | null }>(
+          q.CONFIRMED_AT,
+          [[...this.#held.keys()]],
+        );
+        for (const r of rows) {
+          const h = this.#held.get(r.token);
+          if (!h || r.claimed_ms === null || !alive.has(h.session)) continue;
+          if (now - Number(r.claimed_ms) <= this.opts.sessionTimeoutMs + 1000) continue;
+          this.#held.delete(r.token);
+          this.#orphans.delete(r.token);
+          this.executions.uncertain(
+            h.execution_id,
+            r.token,
+            `worker \`${h.worker_id}\` does not list the attempt in its heartbeats`,
           );
         }
       }
