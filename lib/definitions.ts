@@ -70,6 +70,11 @@ export class Definitions {
     return { created, row: stored };
   }
 
+  /** The stored row of one version (for reads: its hash and deploy time), or null. */
+  row(name: string, version: string): Promise<DefinitionRow | null> {
+    return this.store.getDefinition(name, version);
+  }
+
   /** The document of one version (cached; deployed versions never change). */
   async get(name: string, version: string): Promise<WorkflowDoc | null> {
     const key = `${name}@${version}`;

@@ -4,6 +4,7 @@
  */
 import { GroupCommitter } from "./committer.ts";
 import { Definitions } from "./definitions.ts";
+import { ExecutionReads } from "./reads.ts";
 import { type Clock, Executions, type Ownership } from "./executions.ts";
 import { Metrics } from "./metrics.ts";
 import type { Store } from "./store/store.ts";
@@ -57,10 +58,13 @@ export class Runtime {
   /** Fires schedule occurrences; a single server always runs it. */
   readonly scheduler: Scheduler;
   readonly schedules: ScheduleService;
+  /** Reads of executions and histories for the routes (from the database, on every server). */
+  readonly reads: ExecutionReads;
   readonly clock: Clock;
 
   constructor(readonly store: Store, readonly opts: RuntimeOptions) {
     this.clock = opts.clock ?? systemClock;
+    this.reads = new ExecutionReads(store);
     this.committer = new GroupCommitter(store, this.metrics, store.kind === "postgres" ? 4 : 1);
     const shared = opts.shared ?? null;
     this.definitions = new Definitions(store, this.clock.now, {

@@ -2,11 +2,11 @@
 import { type Context, Hono } from "hono";
 import { z } from "zod";
 import type { Runtime } from "../lib/runtime.ts";
-import { notFound, OrbitError, storageError } from "../lib/errors.ts";
+import { notFound } from "../lib/errors.ts";
 import { EXECUTION_STATUSES } from "../lib/engine/events.ts";
 import { NAME_RE } from "../lib/engine/ir.ts";
 import { EXECUTION_ID_RE } from "../lib/executions.ts";
-import { type ExecutionRow, InvalidCursorError } from "../lib/store/store.ts";
+import type { ExecutionRow } from "../lib/store/store.ts";
 import { runQuery, sendSignal } from "../lib/signals.ts";
 import { pendingOf } from "../lib/pending.ts";
 import { body, intParam, query } from "./util.ts";
@@ -53,12 +53,6 @@ export function executionRoutes(rt: Runtime): Hono {
     return id;
   }
 
-  async function load(id: string): Promise<ExecutionRow> {
-    const row = await rt.store.getExecution(id);
-    if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
-    return row;
-  }
-
   app.post("/", async (c) => {
     const r = await body(c, startSchema);
     const { created, row } = await rt.executions.start(r);
@@ -66,44 +60,25 @@ export function executionRoutes(rt: Runtime): Hono {
   });
   app.get("/", async (c) => {
     const q = query(c, listQuery);
-    try {
-      const page = await rt.store.listExecutions({
+    return c.json(
+      await rt.reads.list({
         limit: q.limit ?? 100,
         ...(q.workflow ? { workflow: q.workflow } : {}),
         ...(q.status ? { status: q.status as ExecutionRow["status"] } : {}),
         ...(q.cursor ? { cursor: q.cursor } : {}),
-      });
-      return c.json(page);
-    } catch (e) {
-      // Only a cursor the store cannot read is the client's fault; anything else is storage.
-      if (e instanceof InvalidCursorError) {
-        throw new OrbitError(400, "INVALID_CURSOR", "cursor is not one this server handed out");
-      }
-      throw e instanceof OrbitError ? e : storageError(e);
-    }
+      }),
+    );
   });
-  app.get("/:id", async (c) => c.json(await load(executionId(c))));
+  app.get("/:id", async (c) => c.json(await rt.reads.get(executionId(c))));
   app.get("/:id/history", async (c) => {
     const q = query(c, historyQuery);
-    const row = await load(executionId(c));
-    const runId = q.run_id ?? row.run_id;
-    if (runId !== row.run_id) {
-      // Another run must be one of this execution's (its WorkflowCreated names the execution).
-      const [first] = await rt.store.readHistory(runId, 0, 1);
-      if (!first || (first as { execution_id?: string }).execution_id !== row.execution_id) {
-        throw notFound("UNKNOWN_EXECUTION", `execution ${row.execution_id} has no run ${runId}`);
-      }
-    }
-    const limit = Math.max(1, q.limit ?? 1000);
-    const events = await rt.store.readHistory(runId, q.after_seq ?? 0, limit + 1);
-    const more = events.length > limit;
-    if (more) events.length = limit;
-    return c.json({
-      execution_id: row.execution_id,
-      run_id: runId,
-      events,
-      ...(more ? { next_after_seq: events.at(-1)!.seq } : {}),
-    });
+    return c.json(
+      await rt.reads.history(executionId(c), {
+        run_id: q.run_id,
+        after_seq: q.after_seq,
+        limit: q.limit ?? 1000,
+      }),
+    );
   });
   app.get("/:id/wait", async (c) => {
     const q = query(c, waitQuery);

@@ -38,7 +38,7 @@ export function workflowRoutes(rt: Runtime): Hono {
     if (!SEMVER_RE.test(version)) {
       throw invalid("INVALID_VERSION", `version "${version}" is not a semantic version`);
     }
-    const row = await rt.store.getDefinition(name, version);
+    const row = await rt.definitions.row(name, version);
     if (!row) {
       throw notFound("UNKNOWN_WORKFLOW", `workflow ${name} version ${version} is not deployed`);
     }
