@@ -286,7 +286,12 @@ export class SharedWorkers implements WorkerService {
           return null;
         }
         const st = r.state.steps[row.step];
-        if (st) task.deadline_ms = st.deadline_ms;
+        if (st) {
+          task.deadline_ms = st.deadline_ms;
+          // The row may predate an uncertain attempt (a dispatch whose commit failed but landed
+          // puts its row back on the queue): the worker hears what the history recorded.
+          task.redelivery = st.redelivery;
+        }
         return task;
       } catch (e) {
         log.engine.error("dispatch failed; task stays queued", {
