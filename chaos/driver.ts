@@ -201,6 +201,15 @@ export class Driver {
     return null;
   }
 
+  /**
+   * The go or cancel never got an answer before its deadline: it may not have landed, so the
+   * flow may wait for its signal. That is the driver's failure, reported as unanswered.
+   */
+  #undelivered(rec: StartRecord): void {
+    rec.declaredWait = true;
+    this.stats.unanswered++;
+  }
+
   async #orders(client: number): Promise<void> {
     let n = 0;
     while (!this.#stopStarting) {
@@ -252,9 +261,11 @@ export class Driver {
           end,
         );
         if (r.status === 200) this.stats.cancels++;
+        else this.#undelivered(rec);
       } else {
         const r = await retry(this.base, "POST", `/v1/executions/${id}/signals/go`, {}, end);
         if (r.status === 200 || r.status === 201) this.stats.signals++;
+        else if (r.status !== 409) this.#undelivered(rec); // 409: it already finished
       }
       await this.#waitDone(id);
     }

@@ -278,6 +278,6 @@ export function summary(r: ChaosReport): string {
     `  faults=${r.faultCount} (${
       faults || "none"
     }); slowest recovery ${r.slowestRecoveryMs} ms; longest stall of orders ${r.driver.longestStallMs} ms`,
-    `  violations=${r.violations.length}`,
+    `  requests unanswered before their deadline=${r.driver.unanswered}; violations=${r.violations.length}`,
   ].join("\n");
 }
