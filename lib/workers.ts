@@ -102,6 +102,11 @@ export class Workers implements WorkerService {
   #waiters: Waiter[] = [];
   #tokenSession = new Map<string, string>();
   #orphans = new Map<string, number>();
+  /**
+   * Live attempts of live sessions: when the worker last had it (its dispatch, or a heartbeat
+   * listing it), and whether a heartbeat since then left it out (`doubted`: reported once).
+   */
+  #confirmed = new Map<string, { at: number; missed: boolean; doubted: boolean }>();
   #sweeper: ReturnType<typeof setInterval> | undefined;
 
   constructor(
@@ -215,6 +220,18 @@ export class Workers implements WorkerService {
     }
     for (const t of cancel) s.told.add(t);
     if (s.told.size > 10_000) s.told.clear();
+    const listed = new Set(tokens);
+    const now = this.opts.now();
+    for (const t of s.tokens) {
+      const c = this.#confirmed.get(t);
+      if (!c) continue;
+      if (listed.has(t)) {
+        c.at = now;
+        c.missed = false;
+      } else {
+        c.missed = true;
+      }
+    }
     return [...cancel];
   }
 
@@ -264,6 +281,7 @@ export class Workers implements WorkerService {
       if (this.sessions.has(info.worker_session)) {
         this.#tokenSession.set(token, info.worker_session);
         this.sessions.get(info.worker_session)!.tokens.add(token);
+        this.#confirmed.set(token, { at: now, missed: false, doubted: false });
       } else {
         this.#orphans.set(token, now + this.opts.sessionTimeoutMs);
       }
@@ -272,6 +290,7 @@ export class Workers implements WorkerService {
       for (const { token } of liveTokens(prev)) {
         if (live.has(token)) continue;
         this.#orphans.delete(token);
+        this.#confirmed.delete(token);
         const sid = this.#tokenSession.get(token);
         this.#tokenSession.delete(token);
         const s = sid ? this.sessions.get(sid) : undefined;
@@ -462,6 +481,24 @@ export class Workers implements WorkerService {
         session_id: s.session_id,
       });
       this.#loseAttempts(s, `worker \`${s.worker_id}\` stopped responding`);
+      for (const t of s.tokens) this.#confirmed.delete(t);
+    }
+    // An attempt its live worker leaves out of its heartbeats for a session timeout was never
+    // received (the answer that carried it was lost, e.g. on a connection cut after the server
+    // wrote it): redelivered with the same idempotency key, as shared mode does.
+    for (const s of this.sessions.values()) {
+      for (const t of s.tokens) {
+        const c = this.#confirmed.get(t);
+        if (!c || c.doubted || !c.missed || now - c.at <= this.opts.sessionTimeoutMs) continue;
+        c.doubted = true;
+        const id = executionOfToken(t);
+        if (!id) continue;
+        this.executions.uncertain(
+          id,
+          t,
+          `worker \`${s.worker_id}\` does not list the attempt in its heartbeats`,
+        );
+      }
     }
     for (const [token, expires] of [...this.#orphans]) {
       if (expires > now) continue;
