@@ -23,9 +23,13 @@ Deno.test({
       db: `${await tempDir()}/orbit.db`,
       args: ["--session-timeout", "2"],
     });
+    // Short long polls: a poll in progress counts as contact, and the server does not always
+    // hear at once that a SIGKILLed worker's open poll lost its connection (then the session
+    // lives until that poll's wait ends, up to 30 s with the default wait).
     const slow = startPythonWorker(server.url, {
       ORDER_CHARGE_DELAY_MS: "600000",
       ORDER_WORKER_ID: "py-slow",
+      ORDER_POLL_WAIT_S: "1",
     });
     const ts = startOrderWorker(server.url);
     let fresh: ReturnType<typeof startPythonWorker> | null = null;
@@ -47,7 +51,13 @@ Deno.test({
 
       fresh = startPythonWorker(server.url, { ORDER_WORKER_ID: "py-fresh" });
       const done = await c.get("/v1/executions/pk-1/wait?timeout_s=30");
-      assert.equal(done.body.status, "completed", JSON.stringify(done.body));
+      assert.equal(
+        done.body.status,
+        "completed",
+        `${JSON.stringify(done.body)}\n${server.logs.join("\n")}\n${fresh.lines.join("\n")}\n${
+          JSON.stringify((await fullHistory(server.url, "pk-1")).map((e) => [e.type, e.step]))
+        }`,
+      );
       assert.ok(Date.now() - killedAt >= 1500, "redelivered only after the session timeout");
 
       const events = await fullHistory(server.url, "pk-1");

@@ -49,6 +49,7 @@ worker = Worker(
     token=os.environ.get("ORBIT_TOKEN") or None,
     ca_file=os.environ.get("ORBIT_CA_FILE") or None,
     concurrency=args.concurrency,
+    poll_wait_s=float(os.environ.get("ORDER_POLL_WAIT_S", "30")),
 )
 
 
