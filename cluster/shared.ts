@@ -33,6 +33,7 @@ import type { Command } from "../lib/engine/decide.ts";
 import type { ExecutionState } from "../lib/engine/state.ts";
 import { liveTokens } from "../lib/engine/state.ts";
 import { type Ownership, type RemoteCommands, rowOf } from "../lib/executions.ts";
+import { unitOf } from "../lib/shared_changes.ts";
 import { OrbitError } from "../lib/errors.ts";
 import { log } from "../lib/log.ts";
 import type { Runtime, RuntimeOptions } from "../lib/runtime.ts";
@@ -623,6 +624,19 @@ export class SharedNode implements ClusterView, RemoteCommands {
         if (!o || o.node_id !== this.opts.nodeId) return;
         this.epochs.set(e.execution_id, Number(o.epoch));
         await ex.load([e.execution_id]);
+      }
+      // A claim offers one unit (a queued row, lib/shared_changes.ts). A row queued before the
+      // attempt turned uncertain is not the unit the step waits for now: its worker was told
+      // `redelivery: false`, so the offer is refused (the worker hears cancel) and the current
+      // unit's row goes out with the flag the dispatch records.
+      if (cmd.type === "dispatch" && e.payload.unit !== undefined) {
+        const s = ex.active.get(e.execution_id)?.state;
+        const st = s?.steps[cmd.step];
+        if (s && st && unitOf(s, st) !== String(e.payload.unit)) {
+          await this.#sql("hb")(q.CANCEL_TASK, [cmd.token]);
+          await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
+          return;
+        }
       }
       let r;
       try {
