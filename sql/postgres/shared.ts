@@ -52,7 +52,8 @@ WITH item AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
     execution_id text, run_id text, root_id text, parent_id text, workflow text, version text,
     status text, input jsonb, output jsonb, error jsonb, created_ms bigint, closed_ms bigint,
-    updated_ms bigint, last_seq bigint, is_create boolean, owner_node text, owner_epoch bigint)
+    updated_ms bigint, last_seq bigint, is_create boolean, owner_node text, owner_epoch bigint,
+    wake_at_ms bigint)
 ),
 own AS (
   SELECT o.execution_id, o.node_id, o.epoch FROM orbit_owners o
@@ -72,20 +73,20 @@ ev AS (
   RETURNING 1
 ),
 created AS (
-  INSERT INTO workflow_executions (${EXECUTION_COLUMNS})
-  SELECT ${EXECUTION_COLUMNS} FROM item WHERE is_create
+  INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
+  SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item WHERE is_create
   RETURNING 1
 ),
 updated AS (
-  INSERT INTO workflow_executions (${EXECUTION_COLUMNS})
-  SELECT ${EXECUTION_COLUMNS} FROM item
+  INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
+  SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item
   WHERE NOT is_create AND execution_id IN (SELECT execution_id FROM ok)
   ON CONFLICT (execution_id) DO UPDATE SET
     run_id = excluded.run_id, root_id = excluded.root_id, parent_id = excluded.parent_id,
     workflow = excluded.workflow, version = excluded.version, status = excluded.status,
     input = excluded.input, output = excluded.output, error = excluded.error,
     closed_ms = excluded.closed_ms, updated_ms = excluded.updated_ms,
-    last_seq = excluded.last_seq
+    last_seq = excluded.last_seq, wake_at_ms = excluded.wake_at_ms
   RETURNING 1
 ),
 owner_in AS (
