@@ -33,6 +33,21 @@ export function taskPayload(s: ExecutionState, st: StepState): Record<string, un
   };
 }
 
+function taskRow(s: ExecutionState, st: StepState, unit: string, now: number): TaskRow {
+  return {
+    execution_id: s.execution_id,
+    run_id: s.run_id,
+    step: st.id,
+    attempt: st.attempt,
+    unit,
+    task_name: st.task,
+    contract_version: st.contract,
+    language: st.language,
+    enqueued_ms: now,
+    payload: taskPayload(s, st),
+  };
+}
+
 function queuedUnits(s: ExecutionState | null): Map<string, StepState> {
   const out = new Map<string, StepState>();
   if (!s) return out;
@@ -62,18 +77,7 @@ export function sharedChanges(
   const enqueue: TaskRow[] = [];
   for (const [unit, st] of after) {
     if (before.has(unit)) continue;
-    enqueue.push({
-      execution_id: next.execution_id,
-      run_id: next.run_id,
-      step: st.id,
-      attempt: st.attempt,
-      unit,
-      task_name: st.task,
-      contract_version: st.contract,
-      language: st.language,
-      enqueued_ms: now,
-      payload: taskPayload(next, st),
-    });
+    enqueue.push(taskRow(next, st, unit, now));
   }
   // Eager dispatch: a step scheduled and dispatched within this append never was a queued row;
   // it is written claimed, with its token, so that every server knows the attempt.
@@ -84,16 +88,7 @@ export function sharedChanges(
     const unit = `${next.run_id}/${st.id}/${st.attempt}/${Object.keys(st.tokens).length - 1}`;
     if (before.has(unit)) continue; // a claimed queued row: it has its token already
     enqueue.push({
-      execution_id: next.execution_id,
-      run_id: next.run_id,
-      step: st.id,
-      attempt: st.attempt,
-      unit,
-      task_name: st.task,
-      contract_version: st.contract,
-      language: st.language,
-      enqueued_ms: now,
-      payload: taskPayload(next, st),
+      ...taskRow(next, st, unit, now),
       claimed: { token: e.token, session_id: e.worker_session, node_id: "" },
     });
   }

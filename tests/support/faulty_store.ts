@@ -81,13 +81,4 @@ export function faultyStore(inner: Store, plan: FaultPlan = {}): FaultyStore {
 }
 
 /** A small seeded PRNG (mulberry32), so a failing seed can be replayed. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { prng as rng } from "../../lib/engine/testing.ts";
