@@ -31,7 +31,14 @@ import { executionOfToken, type Executions } from "../lib/executions.ts";
 import { notFound } from "../lib/errors.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import { log } from "../lib/log.ts";
-import type { Session, TaskPayload, TaskRegistration, WorkerService } from "../lib/workers.ts";
+import {
+  languageFits,
+  payload,
+  type Session,
+  type TaskPayload,
+  type TaskRegistration,
+  type WorkerService,
+} from "../lib/workers.ts";
 import * as q from "../sql/postgres/shared.ts";
 
 const CONTACT_FLUSH_MS = 250;
@@ -405,8 +412,7 @@ export class SharedWorkers implements WorkerService {
           !wasQueued.has(st.id) &&
           s.tasks.some((reg) =>
             reg.name === st.task && reg.contract === st.contract &&
-            (st.language === null || st.language === "any" ||
-              st.language === (reg.language ?? s.runtime))
+            languageFits(st.language, reg, s)
           )
         );
         if (!st) return null;
@@ -425,21 +431,9 @@ export class SharedWorkers implements WorkerService {
     const tasks: TaskPayload[] = [];
     const e = eager as { step: string; token: string } | null;
     if (r.followed && r.state && e) {
-      const st = r.state.steps[e.step]!;
       this.tasksClaimed++;
       this.metrics.tasksDispatched.inc();
-      tasks.push({
-        token: e.token,
-        execution_id: r.state.execution_id,
-        step: e.step,
-        attempt: st.attempt,
-        task: st.task,
-        contract: st.contract,
-        input: st.input,
-        idempotency_key: st.idempotency_key,
-        redelivery: st.redelivery,
-        deadline_ms: st.deadline_ms,
-      });
+      tasks.push(payload(r.state, e.step, e.token));
     }
     return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
   }

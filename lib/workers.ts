@@ -81,7 +81,12 @@ export interface WorkerService extends ExecutionObserver {
   register(
     r: Pick<Session, "worker_id" | "runtime" | "tasks" | "concurrency">,
   ): string | Promise<string>;
-  poll(sessionId: string, max: number, waitMs: number, signal?: AbortSignal): Promise<TaskPayload[]>;
+  poll(
+    sessionId: string,
+    max: number,
+    waitMs: number,
+    signal?: AbortSignal,
+  ): Promise<TaskPayload[]>;
   heartbeat(sessionId: string, tokens: string[]): string[] | Promise<string[]>;
   unregister(sessionId: string): Promise<void>;
   report(
@@ -514,11 +519,17 @@ export class Workers implements WorkerService {
   }
 }
 
-function languageFits(language: string | null, reg: TaskRegistration, s: Session): boolean {
+/** Whether a task pinned to `language` may go to a session serving it under `reg`. */
+export function languageFits(
+  language: string | null,
+  reg: TaskRegistration,
+  s: Session,
+): boolean {
   return language === null || language === "any" || language === (reg.language ?? s.runtime);
 }
 
-function payload(state: ExecutionState, step: string, token: string): TaskPayload {
+/** The SPEC §4 task payload of a dispatched step. */
+export function payload(state: ExecutionState, step: string, token: string): TaskPayload {
   const st = state.steps[step]!;
   return {
     token,
