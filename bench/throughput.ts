@@ -121,9 +121,19 @@ const probes = new Set<Deno.ChildProcess>();
 killOnExit(probes);
 
 /** The example worker under `bench/worker_probe.ts`, which reports its cycle on SIGUSR1. */
+/** `ORBIT_BENCH_WORKER_CPU_PROF=DIR`: CPU profiles of the TypeScript workers (written on SIGTERM). */
+const WORKER_PROF = Deno.env.get("ORBIT_BENCH_WORKER_CPU_PROF");
+
 function startProbeWorker(server: string, env: Record<string, string>) {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", new URL("./worker_probe.ts", import.meta.url).pathname, "--server", server],
+    args: [
+      "run",
+      "-A",
+      ...(WORKER_PROF ? ["--cpu-prof", `--cpu-prof-dir=${WORKER_PROF}`] : []),
+      new URL("./worker_probe.ts", import.meta.url).pathname,
+      "--server",
+      server,
+    ],
     env: { NO_COLOR: "1", ...env },
     stdin: "null",
     stdout: "piped",
@@ -310,7 +320,7 @@ async function bench(store: "sqlite" | "postgres") {
       cycle_p99_ms: cycle.p99_ms,
     };
   } finally {
-    for (const w of workers) await w.kill("SIGKILL");
+    for (const w of workers) await w.kill(WORKER_PROF ? "SIGTERM" : "SIGKILL");
     for (const w of pythonWorkers) await w.kill("SIGKILL");
     await cluster.kill(Deno.env.get("ORBIT_BENCH_CPU_PROF") ? "SIGTERM" : "SIGKILL");
   }
