@@ -14,8 +14,6 @@ export interface Logger {
   info(message: string, fields?: LogFields): void;
   warn(message: string, fields?: LogFields): void;
   error(message: string, fields?: LogFields): void;
-  /** Writes out lines the logger holds back, if it holds any (the worker calls it on stop). */
-  flush?(): void;
 }
 
 /** Log levels, lowest first. */
@@ -34,11 +32,6 @@ export interface ConsoleLoggerOptions {
 /**
  * The default logger: writes `<ISO time> WARNING orbit <message> <fields as JSON>` to the
  * console (stderr for warnings and errors).
- *
- * Debug and info lines written in one burst of work go out together, in one console call on
- * the next macrotask (a busy worker writes one line per task; a console write each cost more
- * than the task's own work). A warning or an error writes the held lines first, so the order
- * is kept; {@link Logger.flush} writes them at once.
  */
 export function consoleLogger(options: ConsoleLoggerOptions = {}): Logger {
   const min = ORDER[options.level ?? "info"];
@@ -47,46 +40,19 @@ export function consoleLogger(options: ConsoleLoggerOptions = {}): Logger {
     const extra = fields && Object.keys(fields).length > 0 ? ` ${JSON.stringify(fields)}` : "";
     return `${new Date().toISOString()} ${label} ${name} ${message}${extra}`;
   };
-  // Held lines, all of one console method (a line of the other one writes them first).
-  let held: string[] = [];
-  let heldDebug = false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const flush = () => {
-    if (timer !== undefined) {
-      clearTimeout(timer);
-      timer = undefined;
-    }
-    if (held.length === 0) return;
-    const text = held.join("\n");
-    held = [];
-    if (heldDebug) console.debug(text);
-    else console.info(text);
-  };
-  const hold = (debug: boolean, text: string) => {
-    if (held.length > 0 && heldDebug !== debug) flush();
-    heldDebug = debug;
-    held.push(text);
-    if (held.length >= 256) flush();
-    else timer ??= setTimeout(flush, 0);
-  };
   return {
     debug(message, fields) {
-      if (min <= ORDER.debug) hold(true, line("DEBUG", message, fields));
+      if (min <= ORDER.debug) console.debug(line("DEBUG", message, fields));
     },
     info(message, fields) {
-      if (min <= ORDER.info) hold(false, line("INFO", message, fields));
+      if (min <= ORDER.info) console.info(line("INFO", message, fields));
     },
     warn(message, fields) {
-      if (min > ORDER.warn) return;
-      flush();
-      console.warn(line("WARNING", message, fields));
+      if (min <= ORDER.warn) console.warn(line("WARNING", message, fields));
     },
     error(message, fields) {
-      if (min > ORDER.error) return;
-      flush();
-      console.error(line("ERROR", message, fields));
+      if (min <= ORDER.error) console.error(line("ERROR", message, fields));
     },
-    flush,
   };
 }
 
