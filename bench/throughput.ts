@@ -10,7 +10,7 @@
  *
  * Prints orders per second, p50/p99 latency (start request to observed completion), the
  * server's peak resident memory (VmHWM), and what an order costs: CPU milliseconds per order
- * of the server and of the workers (from /proc), commits per order (`orbit_commits_total`),
+ * of the server, of the workers and of the whole machine (from /proc), commits per order (`orbit_commits_total`),
  * the share of the run the server's main thread was busy (running, runnable or blocked in a
  * commit's fsync: its state in /proc sampled every 2 ms), on a CPU, and waiting for a core (its
  * schedstat), and the worker cycle p50/p99 — the time from a
@@ -72,6 +72,16 @@ function statFields(path: string): string[] | null {
 function cpuSeconds(pid: number, tid?: number): number {
   const f = statFields(tid === undefined ? `${pid}` : `${pid}/task/${tid}`);
   return f ? (Number(f[11]) + Number(f[12])) / 100 : NaN;
+}
+
+/**
+ * User + system CPU seconds of the whole machine (`/proc/stat`): the server, the workers, the
+ * clients, PostgreSQL's backends — and anything else running on it.
+ */
+function machineCpuSeconds(): number {
+  const cpu = Deno.readTextFileSync("/proc/stat").split("\n")[0]!.trim().split(/\s+/).map(Number);
+  // user nice system idle iowait irq softirq steal
+  return (cpu[1]! + cpu[2]! + cpu[3]! + cpu[6]! + cpu[7]!) / 100;
 }
 
 /** Seconds a thread waited on the run queue for a core (`/proc/.../schedstat`, second field). */
@@ -253,6 +263,7 @@ async function bench(store: "sqlite" | "postgres") {
       workers: workers.map((w) => cpuSeconds(w.pid)),
       python: pythonWorkers.map((w) => cpuSeconds(w.pid)),
     };
+    const machine0 = machineCpuSeconds();
     const sampler = busySampler(server.pid);
     let next = 0;
     const started = performance.now();
@@ -276,6 +287,7 @@ async function bench(store: "sqlite" | "postgres") {
     }));
     const seconds = (performance.now() - started) / 1000;
     const busy = sampler.stop();
+    const machineCpu = machineCpuSeconds() - machine0;
     const serverCpu = allCpu() - cpu0.server;
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
     const mainWaiting = runQueueSeconds(server.pid, server.pid) - cpu0.mainWaiting;
@@ -302,6 +314,7 @@ async function bench(store: "sqlite" | "postgres") {
       worker_cpu_s: round(workerCpu, 2),
       server_cpu_ms_per_order: round((serverCpu * 1000) / ORDERS, 2),
       worker_cpu_ms_per_order: round((workerCpu * 1000) / ORDERS, 2),
+      machine_cpu_ms_per_order: round((machineCpu * 1000) / ORDERS, 2),
       main_thread_cpu_share: round(mainCpu / seconds, 2),
       main_thread_busy_share: round(busy, 2),
       // Runnable but waiting for a core: counted as busy above, it is the machine's, not ours.
@@ -337,7 +350,7 @@ for (const s of stores) {
   results.push(r);
   console.log(
     `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB (${r.orders} orders, ${r.clients} clients, workers: ${r.ts_workers} TypeScript, ${r.python_workers} Python; ${r.seconds} s)\n` +
-      `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
+      `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
       `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each); server main thread busy ${
         Math.round(r.main_thread_busy_share * 100)
       } % (on CPU ${Math.round(r.main_thread_cpu_share * 100)} %, waiting for a core ${
