@@ -65,8 +65,15 @@ export class Runtime {
   constructor(readonly store: Store, readonly opts: RuntimeOptions) {
     this.clock = opts.clock ?? systemClock;
     this.reads = new ExecutionReads(store);
-    this.committer = new GroupCommitter(store, this.metrics, store.kind === "postgres" ? 4 : 1);
     const shared = opts.shared ?? null;
+    // One commit in flight at a time, on PostgreSQL too: with four the appends that queue behind
+    // a commit split over more, smaller ones (3.3 commits per order on the bench against 2.2),
+    // for no shorter cycle. Shared mode keeps four (measured there separately).
+    this.committer = new GroupCommitter(
+      store,
+      this.metrics,
+      store.kind === "postgres" && shared ? 4 : 1,
+    );
     this.definitions = new Definitions(store, this.clock.now, {
       httpAllow: opts.httpAllow ?? [],
       ...(shared ? { onDeployed: shared.onDeployed } : {}),
