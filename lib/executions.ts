@@ -367,16 +367,8 @@ export class Executions {
       if (!a) return null;
       const now = this.clock.now();
       const ctx = { now, newId: this.clock.newId };
-      let d = await decide(a.def, a.state, cmd, ctx);
-      let followed = false;
-      const next = d.accepted && follow ? follow(d.state) : null;
-      if (next) {
-        const d2 = await decide(a.def, d.state, next, ctx);
-        if (d2.accepted) {
-          d = { events: [...d.events, ...d2.events], state: d2.state, accepted: true };
-          followed = true;
-        }
-      }
+      const d = await decide(a.def, a.state, cmd, ctx, follow);
+      const followed = d.followed;
       if (d.events.length === 0) {
         return { accepted: d.accepted, state: a.state, followed, events: [] };
       }

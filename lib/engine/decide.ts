@@ -69,18 +69,32 @@ export interface Decision {
   state: ExecutionState;
   /** False when the command changed nothing because it no longer applies. */
   accepted: boolean;
+  /** Whether the `follow` command was decided too (its events follow the first one's). */
+  followed: boolean;
 }
 
+/**
+ * `follow`: once `cmd` is accepted, names a second command to decide on the state after it
+ * (the shell's eager dispatch of the next step to the worker that reported the previous one);
+ * its events, if it applies, follow the first command's in the same decision. The same as a
+ * second `decide` on the first decision's state, without a second copy of the state.
+ */
 export async function decide(
   def: WorkflowDoc,
   state: ExecutionState | null,
   cmd: Command,
   ctx: Context,
+  follow?: (s: ExecutionState) => Command | null,
 ): Promise<Decision> {
   const b = new Builder(def, state ? copyState(state) : emptyState(), ctx);
   const accepted = handle(b, cmd);
-  if (accepted) await advance(b);
-  return { events: b.events, state: b.state, accepted };
+  if (!accepted) return { events: b.events, state: b.state, accepted, followed: false };
+  await advance(b);
+  const next = follow ? follow(b.state) : null;
+  // A command that does not apply emits nothing (`handle` checks before it emits).
+  const followed = next !== null && handle(b, next);
+  if (followed) await advance(b);
+  return { events: b.events, state: b.state, accepted, followed };
 }
 
 function start(b: Builder, cmd: Extract<Command, { type: "start" }>): void {

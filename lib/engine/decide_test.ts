@@ -407,3 +407,40 @@ Deno.test("wakeups() lists running timers and dispatch deadlines, and nothing on
   await d.send({ type: "cancel", reason: "stop" });
   assert.deepEqual(wakeups(d.s), []);
 });
+
+Deno.test("decide() with follow: the same events and state as a second decide on the first one's state", async () => {
+  const d = new Driver(SIX);
+  await d.start({ order_id: "o-7" });
+  const token = await d.dispatch("a");
+  const ctx = { now: d.now, newId: ids("follow") };
+  const complete = { type: "complete" as const, token, output: "A" };
+  const dispatchB = {
+    type: "dispatch" as const,
+    step: "b",
+    token: "exec-1/next",
+    worker_id: "w-1",
+    worker_session: "sess-1",
+  };
+  const before = structuredClone(d.s);
+
+  const one = await decide(SIX, d.s, complete, ctx, (s) => {
+    assert.equal(s.steps.b?.status, "scheduled");
+    return dispatchB;
+  });
+  const first = await decide(SIX, d.s, complete, ctx);
+  const second = await decide(SIX, first.state, dispatchB, ctx);
+  assert.equal(one.accepted, true);
+  assert.equal(one.followed, true);
+  assert.deepEqual(one.events, [...first.events, ...second.events]);
+  assert.deepEqual(one.state, second.state);
+  assert.deepEqual(d.s, before, "the state decided on is not changed");
+
+  // A follow that does not apply adds nothing; a refused first command asks for no follow.
+  const stale = await decide(SIX, d.s, complete, ctx, () => ({ ...dispatchB, step: "c" }));
+  assert.equal(stale.followed, false);
+  assert.deepEqual(stale.events, first.events);
+  const refused = await decide(SIX, d.s, { ...complete, token: "exec-1/dead" }, ctx, () => {
+    throw new Error("follow asked after a refused command");
+  });
+  assert.deepEqual([refused.accepted, refused.followed, refused.events], [false, false, []]);
+});
