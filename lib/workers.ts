@@ -395,14 +395,21 @@ export class Workers implements WorkerService {
   /** When the worker went away before it got the answer, it never saw these attempts. */
   #delivered(s: Session, tasks: TaskPayload[], signal?: AbortSignal): TaskPayload[] {
     if (!signal?.aborted) return tasks;
+    this.#undelivered(s, tasks, "closed");
+    return [];
+  }
+
+  /** Attempts dispatched for a request whose answer will not carry them: redelivered. */
+  #undelivered(s: Session, tasks: TaskPayload[], how: "closed" | "failed"): void {
     for (const t of tasks) {
       this.executions.uncertain(
         t.execution_id,
         t.token,
-        `the request of worker \`${s.worker_id}\` closed before the task was delivered`,
+        how === "closed"
+          ? `the request of worker \`${s.worker_id}\` closed before the task was delivered`
+          : `the result reported by worker \`${s.worker_id}\` with the task's request failed`,
       );
     }
-    return [];
   }
 
   /**
@@ -418,7 +425,12 @@ export class Workers implements WorkerService {
     signal?: AbortSignal,
   ): Promise<{ accepted: boolean; tasks: TaskPayload[] }> {
     const s = take && take.maxTasks > 0 ? this.sessions.get(take.sessionId) : undefined;
+    const want = s ? Math.min(take!.maxTasks, s.concurrency) : 0;
     let eager: { step: string; token: string } | null = null;
+    // The freed slot's next task from the queue, when the result leaves nothing of its own
+    // execution for it: dispatched now, while the result is decided, so that both appends
+    // share one commit instead of the dispatch waiting for the next one.
+    let fromQueue: Promise<TaskPayload[]> | null = null;
     const follow = s
       ? (state: ExecutionState): Command | null => {
         const st = queuedSteps(state).find((st) =>
@@ -427,7 +439,12 @@ export class Workers implements WorkerService {
             languageFits(st.language, reg, s)
           )
         );
-        if (!st) return null;
+        if (!st) {
+          if (!fromQueue && this.sessions.has(s.session_id)) {
+            fromQueue = this.#dispatch(s, this.#pick(s, want), signal);
+          }
+          return null;
+        }
         eager = { step: st.id, token: `${state.execution_id}/${this.opts.newId()}` };
         return {
           type: "dispatch",
@@ -438,7 +455,15 @@ export class Workers implements WorkerService {
         };
       }
       : undefined;
-    const r = await this.executions.report(token, result, follow);
+    let r;
+    try {
+      r = await this.executions.report(token, result, follow);
+    } catch (e) {
+      // The result was not applied (or not known to be): the worker hears an error and retries
+      // it; tasks already dispatched for its slot never reach it, so they go out again.
+      if (fromQueue) this.#undelivered(s!, await (fromQueue as Promise<TaskPayload[]>), "failed");
+      throw e;
+    }
     // Only a report that was not refused (INVALID_TOKEN, UNKNOWN_TASK, …) counts as contact.
     if (s) s.last_contact_ms = this.opts.now();
     const tasks: TaskPayload[] = [];
@@ -448,8 +473,9 @@ export class Workers implements WorkerService {
         payload(r.state, (eager as { step: string }).step, (eager as { token: string }).token),
       );
     }
-    const more = s ? Math.min(take!.maxTasks, s.concurrency) - tasks.length : 0;
-    if (s && more > 0 && this.sessions.has(s.session_id)) {
+    if (fromQueue) tasks.push(...await (fromQueue as Promise<TaskPayload[]>));
+    const more = want - tasks.length;
+    if (s && !fromQueue && more > 0 && this.sessions.has(s.session_id)) {
       tasks.push(...await this.#dispatch(s, this.#pick(s, more), signal));
     }
     return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
