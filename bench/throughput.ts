@@ -84,6 +84,16 @@ function machineCpuSeconds(): number {
   return (cpu[1]! + cpu[2]! + cpu[3]! + cpu[6]! + cpu[7]!) / 100;
 }
 
+/** Bytes the process caused to be written to storage (`/proc/<pid>/io` write_bytes). */
+function writeBytes(pid: number): number {
+  try {
+    const m = /^write_bytes: (\d+)$/m.exec(Deno.readTextFileSync(`/proc/${pid}/io`));
+    return m ? Number(m[1]) : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
 /** Seconds a thread waited on the run queue for a core (`/proc/.../schedstat`, second field). */
 function runQueueSeconds(pid: number, tid: number): number {
   try {
@@ -264,6 +274,7 @@ async function bench(store: "sqlite" | "postgres") {
       python: pythonWorkers.map((w) => cpuSeconds(w.pid)),
     };
     const machine0 = machineCpuSeconds();
+    const written0 = pids.reduce((sum, pid) => sum + writeBytes(pid), 0);
     const sampler = busySampler(server.pid);
     let next = 0;
     const started = performance.now();
@@ -288,6 +299,7 @@ async function bench(store: "sqlite" | "postgres") {
     const seconds = (performance.now() - started) / 1000;
     const busy = sampler.stop();
     const machineCpu = machineCpuSeconds() - machine0;
+    const written = pids.reduce((sum, pid) => sum + writeBytes(pid), 0) - written0;
     const serverCpu = allCpu() - cpu0.server;
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
     const mainWaiting = runQueueSeconds(server.pid, server.pid) - cpu0.mainWaiting;
@@ -319,6 +331,7 @@ async function bench(store: "sqlite" | "postgres") {
       main_thread_busy_share: round(busy, 2),
       // Runnable but waiting for a core: counted as busy above, it is the machine's, not ours.
       main_thread_waiting_for_cpu_share: round(mainWaiting / seconds, 2),
+      server_written_kb_per_order: round(written / 1024 / ORDERS, 1),
       commits_per_order: round((counters.commits - counters0.commits) / ORDERS, 2),
       events_per_commit: round(
         (counters.events - counters0.events) / (counters.commits - counters0.commits),
@@ -351,7 +364,7 @@ for (const s of stores) {
   console.log(
     `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB (${r.orders} orders, ${r.clients} clients, workers: ${r.ts_workers} TypeScript, ${r.python_workers} Python; ${r.seconds} s)\n` +
       `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
-      `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each); server main thread busy ${
+      `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each; server wrote ${r.server_written_kb_per_order} KB per order); server main thread busy ${
         Math.round(r.main_thread_busy_share * 100)
       } % (on CPU ${Math.round(r.main_thread_cpu_share * 100)} %, waiting for a core ${
         Math.round(r.main_thread_waiting_for_cpu_share * 100)
