@@ -25,11 +25,10 @@ export class GroupCommitter {
   #idle: Array<() => void> = [];
 
   /**
-   * `lanes`: how many commits may be in flight at once. One for SQLite (a single writer) and
-   * for a single server on PostgreSQL (more lanes made more, smaller commits and no shorter
-   * cycle); a few in shared mode, where PostgreSQL's own group commit shares WAL flushes between
-   * them. The appends of one execution never overlap (the shell serializes them), so lanes are
-   * safe.
+   * `lanes`: how many commits may be in flight at once. The runtime uses one on every store
+   * and mode (more lanes made more, smaller commits and no shorter cycle, on one server and in
+   * shared mode alike). The appends of one execution never overlap (the shell serializes
+   * them), so more lanes would be safe.
    */
   constructor(readonly store: Store, readonly metrics: Metrics, readonly lanes = 1) {}
 
