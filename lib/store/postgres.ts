@@ -26,6 +26,7 @@ import type { ExecutionStatus, HistoryEvent } from "../engine/events.ts";
 import * as q from "../../sql/postgres/queries.ts";
 import { COMMIT_OWNED } from "../../sql/postgres/shared.ts";
 import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/postgres/migrations.ts";
+import { log } from "../log.ts";
 import {
   type AppendItem,
   type CommitResult,
@@ -166,6 +167,37 @@ function sharedParams(items: AppendItem[]): unknown[] {
     for (const seq of sh.inbox) inbox.push({ execution_id, seq });
   }
   return [enqueue, gone, cancel, done, inbox];
+}
+
+/**
+ * Shared mode, debug level: one line per run an owned commit wrote (after the statement answered,
+ * never for a fenced item), naming the node, the epoch it held and the seqs it appended. The
+ * chaos checker reads them: one (execution, epoch) has one writer, and epochs only grow along a
+ * run's seqs.
+ */
+function logAppends(rows: CommitRowParam[], events: CommitEventParam[], fenced: Set<string>) {
+  const runs = new Map<string, { row: CommitRowParam; run_id: string; from: number; to: number }>();
+  for (const { execution_id, run_id, data: { seq } } of events) {
+    if (fenced.has(execution_id)) continue;
+    const r = runs.get(run_id);
+    if (r) {
+      r.from = Math.min(r.from, seq);
+      r.to = Math.max(r.to, seq);
+      continue;
+    }
+    const row = rows.find((x) => x.execution_id === execution_id);
+    if (row?.owner_node !== undefined) runs.set(run_id, { row, run_id, from: seq, to: seq });
+  }
+  for (const { row, run_id, from, to } of runs.values()) {
+    log.shared.debug("shared: appended", {
+      node_id: row.owner_node,
+      execution_id: row.execution_id,
+      run_id,
+      epoch: row.owner_epoch,
+      from_seq: from,
+      to_seq: to,
+    });
+  }
 }
 
 /** Turns the commit statement's constraint errors into the store's errors. */
@@ -346,6 +378,7 @@ class PostgresStore implements Store {
       const held = rows.find((r) => r.execution_id === f.execution_id)?.owner_epoch ?? 0;
       fenced.set(f.execution_id, ownerFencedError(f.execution_id, f, held));
     }
+    if (log.shared.isEnabledFor("debug")) logAppends(rows, events, new Set(fenced.keys()));
     return { fenced };
   }
 
