@@ -14,7 +14,10 @@
  *   token, step, attempt and idempotency key; every logged attempt was dispatched in the
  *   history with the same key, and a redelivery says `redelivery: true` (and only then);
  * - every schedule occurrence between the first and the pause started once, none skipped;
- * - standby: no two servers announced leadership in the same term.
+ * - standby: no two servers announced leadership in the same term;
+ * - shared: no two nodes appended for one execution at the same epoch, and along a run's seqs
+ *   the epoch never goes back (read from the servers' `shared: appended` debug lines, written
+ *   only after a commit answered).
  *
  * A violation names its rule and execution; `formatViolation` prints the execution's events
  * and the faults around the first offending event.
@@ -60,6 +63,39 @@ export interface ScheduleCheck {
   next_fire_ms: number;
 }
 
+/** One `shared: appended` debug line of a shared-mode server (lib/store/postgres.ts). */
+export interface AppendRecord {
+  /** The deployment's node whose process logged the line. */
+  node: string;
+  node_id: string;
+  execution_id: string;
+  run_id: string;
+  epoch: number;
+  from_seq: number;
+  to_seq: number;
+  /** The line's timestamp (ms). */
+  at_ms: number;
+}
+
+const APPEND_LINE =
+  /^(\S+) DEBUG \S+: shared: appended node_id=(\S+) execution_id=(\S+) run_id=(\S+) epoch=(\d+) from_seq=(\d+) to_seq=(\d+)$/;
+
+/** Parses a server's log line; null unless it is a `shared: appended` line. */
+export function parseAppendLine(node: string, line: string): AppendRecord | null {
+  const m = APPEND_LINE.exec(line.trimEnd());
+  if (!m) return null;
+  return {
+    node,
+    node_id: m[2]!,
+    execution_id: m[3]!,
+    run_id: m[4]!,
+    epoch: Number(m[5]),
+    from_seq: Number(m[6]),
+    to_seq: Number(m[7]),
+    at_ms: Date.parse(m[1]!),
+  };
+}
+
 export interface CheckInput {
   mode: string;
   snapshot: Snapshot;
@@ -68,6 +104,8 @@ export interface CheckInput {
   faults: FaultRecord[];
   serverLogs: { node: string; line: string }[];
   schedule: ScheduleCheck | null;
+  /** Shared mode: every append the servers logged (absent: not captured, not checked). */
+  appends?: AppendRecord[];
 }
 
 export interface Violation {
@@ -88,6 +126,8 @@ export interface CheckResult {
   /** Shared mode: attempts a server handed out that the owner refused to record. */
   unrecordedClaims: number;
   occurrences: number;
+  /** Shared mode: appends the servers logged and the checker read (null: none captured). */
+  appends: number | null;
 }
 
 const TERMINAL_STATUS = new Set(["completed", "failed", "cancelled", "timed_out"]);
@@ -345,6 +385,11 @@ export function check(input: CheckInput): CheckResult {
     }
   }
 
+  // 11. Shared: one writer per (execution, epoch), epochs never back along a run.
+  if (input.mode === "shared" && input.appends) {
+    checkAppends(input.appends, snapshot, eventCount, add);
+  }
+
   return {
     violations: v,
     executions: snapshot.executions.length,
@@ -354,7 +399,84 @@ export function check(input: CheckInput): CheckResult {
     redeliveries,
     unrecordedClaims,
     occurrences,
+    appends: input.mode === "shared" && input.appends ? input.appends.length : null,
   };
+}
+
+function checkAppends(
+  appends: AppendRecord[],
+  snapshot: Snapshot,
+  eventCount: number,
+  add: (rule: string, execution: string | null, message: string, at?: number | null) => void,
+): void {
+  if (appends.length === 0 && eventCount > 0) {
+    add("append-epoch", null, `${eventCount} events in the history but no server logged an append`);
+    return;
+  }
+  const what = (a: AppendRecord) =>
+    `${a.node_id} (process of ${a.node}) at epoch ${a.epoch}, seqs ${a.from_seq}..${a.to_seq}`;
+  const runLength = new Map<string, number>();
+  for (const events of snapshot.events.values()) {
+    for (const e of events) runLength.set(e.run_id, Math.max(runLength.get(e.run_id) ?? 0, e.seq));
+  }
+  const ours = new Set(snapshot.executions.map((e) => e.execution_id));
+  const writers = new Map<string, AppendRecord>();
+  const runs = new Map<string, AppendRecord[]>();
+  for (const a of appends) {
+    // An execution outside this run (another tag) is not ours to judge.
+    if (!ours.has(a.execution_id)) continue;
+    if (a.node_id !== a.node) {
+      add("append-epoch", a.execution_id, `${a.node} logged an append as ${what(a)}`, a.at_ms);
+    }
+    const key = `${a.execution_id} ${a.epoch}`;
+    const first = writers.get(key);
+    if (!first) writers.set(key, a);
+    else if (first.node_id !== a.node_id) {
+      add(
+        "append-epoch",
+        a.execution_id,
+        `two nodes appended at epoch ${a.epoch}: ${what(first)} and ${what(a)}`,
+        a.at_ms,
+      );
+    }
+    let l = runs.get(a.run_id);
+    if (!l) runs.set(a.run_id, l = []);
+    l.push(a);
+  }
+  for (const [runId, list] of runs) {
+    list.sort((a, b) => a.from_seq - b.from_seq);
+    const id = list[0]!.execution_id;
+    for (let i = 1; i < list.length; i++) {
+      const a = list[i - 1]!;
+      const b = list[i]!;
+      if (b.from_seq <= a.to_seq) {
+        add(
+          "append-epoch",
+          id,
+          `run ${runId}: seqs appended twice: ${what(a)} and ${what(b)}`,
+          b.at_ms,
+        );
+      }
+      if (b.epoch < a.epoch) {
+        add(
+          "append-epoch",
+          id,
+          `run ${runId}: a lower epoch after a higher one: ${what(a)}, then ${what(b)}`,
+          b.at_ms,
+        );
+      }
+    }
+    const last = list.reduce((m, a) => a.to_seq > m.to_seq ? a : m);
+    const have = runLength.get(runId) ?? 0;
+    if (last.to_seq > have) {
+      add(
+        "append-epoch",
+        id,
+        `run ${runId}: ${what(last)} was logged as appended, the history has ${have} events`,
+        last.at_ms,
+      );
+    }
+  }
 }
 
 /** True when the run's last event leaves a `wait_signal` step open. */

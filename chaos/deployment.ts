@@ -6,7 +6,11 @@
  *
  * - `single-sqlite` / `single-pg`: one server, restarted on the same address;
  * - `standby`: N servers with `--cluster` (one leader, the others standby);
- * - `shared`: N servers with `--cluster --cluster-mode shared`.
+ * - `shared`: N servers with `--cluster --cluster-mode shared` and `--log-level debug`: their
+ *   `shared: appended` lines (one per run an owned commit wrote) go to `appends-<node>.log` in
+ *   the run's directory, not to memory, for the checker's one-writer-per-epoch rule;
+ * - `attach`: no server; the entry is a deployment the user runs (`--attach URL`), and only
+ *   the workers and their link are this run's.
  *
  * In the cluster modes clients and workers go through the round-robin ready proxy
  * (tests/support/ready_proxy.ts, HAProxy's role); workers always go through a fault proxy
@@ -21,6 +25,9 @@ const ROOT = new URL("../", import.meta.url).pathname;
 export type Mode = "single-sqlite" | "single-pg" | "standby" | "shared";
 export const MODES: readonly Mode[] = ["single-sqlite", "single-pg", "standby", "shared"];
 
+/** A line of lib/store/postgres.ts's shared-mode append log. */
+const APPEND_MARK = " shared: appended ";
+
 /** Server timings of the run (seconds): short, so faults past them happen often. */
 export const SESSION_TIMEOUT_S = 2;
 export const NODE_TIMEOUT_S = 3;
@@ -33,6 +40,8 @@ export interface ServerNode {
   readonly logs: string[];
   /** Processes started for this node id. */
   starts: number;
+  /** Shared mode: the file its processes' `shared: appended` lines go to. */
+  readonly appendLog: string | null;
 }
 
 export interface WorkerNode {
@@ -61,13 +70,15 @@ export class Deployment {
   #singleAddr: string | null = null;
 
   constructor(
-    readonly mode: Mode,
+    readonly mode: Mode | "attach",
     /** The database URL the servers use (through the DB fault proxy in PostgreSQL modes). */
     readonly serverDb: string,
     readonly dir: string,
     readonly servers: number,
     readonly workerCount: number,
     readonly pythonWorkers = 0,
+    /** Attach mode: the user's deployment (its base URL) and its bearer token. */
+    readonly attach: { url: string; token: string | null } | null = null,
   ) {}
 
   get clustered(): boolean {
@@ -76,6 +87,7 @@ export class Deployment {
 
   /** Where clients send requests. */
   get entry(): string {
+    if (this.attach) return this.attach.url.replace(/\/+$/, "");
     if (this.#lb) return this.#lb.url;
     return `http://${this.#singleAddr}`;
   }
@@ -99,6 +111,8 @@ export class Deployment {
         id,
         "--node-timeout",
         String(NODE_TIMEOUT_S),
+        "--log-level",
+        "debug",
         ...session,
       ];
     }
@@ -106,9 +120,16 @@ export class Deployment {
   }
 
   async start(): Promise<void> {
-    const n = this.clustered ? this.servers : 1;
+    const n = this.attach ? 0 : this.clustered ? this.servers : 1;
     for (let i = 1; i <= n; i++) {
-      this.nodes.push({ id: `node-${i}`, proc: null, paused: false, logs: [], starts: 0 });
+      this.nodes.push({
+        id: `node-${i}`,
+        proc: null,
+        paused: false,
+        logs: [],
+        starts: 0,
+        appendLog: this.mode === "shared" ? `${this.dir}/appends-node-${i}.log` : null,
+      });
     }
     // One at a time: the first becomes the leader in standby mode, which keeps starts quick.
     for (const node of this.nodes) await this.startNode(node);
@@ -117,7 +138,8 @@ export class Deployment {
       await this.#lb.waitReady(1, 60_000);
     }
     const e = new URL(this.entry);
-    this.#workerLink = startFaultProxy({ hostname: e.hostname, port: Number(e.port) });
+    const port = Number(e.port || (e.protocol === "https:" ? 443 : 80));
+    this.#workerLink = startFaultProxy({ hostname: e.hostname, port });
     for (let i = 1; i <= this.workerCount + this.pythonWorkers; i++) {
       const runtime = i > this.workerCount ? "py" : "ts";
       const w: WorkerNode = {
@@ -133,10 +155,23 @@ export class Deployment {
   }
 
   async startNode(node: ServerNode): Promise<void> {
+    // Append lines are many (one per commit and run): gathered, then written to the node's file.
+    let appends = "";
+    const flushAppends = () => {
+      if (appends === "" || !node.appendLog) return;
+      Deno.writeTextFileSync(node.appendLog, appends, { append: true });
+      appends = "";
+    };
+    const onLine = (line: string) => {
+      if (!node.appendLog || !line.includes(APPEND_MARK)) return true;
+      appends += line + "\n";
+      return false;
+    };
     const proc = await startServer({
       db: this.serverDb,
       args: this.serverArgs(node.id),
       ...(this.#singleAddr ? { addr: this.#singleAddr } : {}),
+      onLine,
     });
     node.starts++;
     node.paused = false;
@@ -145,6 +180,7 @@ export class Deployment {
     node.logs.push(...proc.logs.slice(0, seen));
     const copy = () => {
       while (copied < proc.logs.length) node.logs.push(proc.logs[copied++]!);
+      flushAppends();
     };
     let copied = seen;
     const timer = setInterval(copy, 200);
@@ -194,9 +230,10 @@ export class Deployment {
   }
 
   startWorker(w: WorkerNode): void {
+    const scheme = new URL(this.entry).protocol;
     const flags = [
       "--server",
-      `http://127.0.0.1:${this.#workerLink!.port}`,
+      `${scheme}//127.0.0.1:${this.#workerLink!.port}`,
       "--log",
       w.logFile,
       "--worker-id",
@@ -207,7 +244,8 @@ export class Deployment {
       args: py
         ? [`${ROOT}chaos/worker.py`, ...flags]
         : ["run", "-A", `${ROOT}chaos/worker.ts`, ...flags],
-      env: { NO_COLOR: "1" },
+      // The token by environment, not argument: other users of the machine can read arguments.
+      env: { NO_COLOR: "1", ...(this.attach?.token ? { ORBIT_TOKEN: this.attach.token } : {}) },
       stdin: "null",
       stdout: "null",
       stderr: "null",
@@ -241,6 +279,20 @@ export class Deployment {
     await child.status;
     clearTimeout(guard);
     w.child = null;
+  }
+
+  /** Every `shared: appended` line the servers logged, with its node id (shared mode). */
+  async appendLines(): Promise<{ node: string; line: string }[]> {
+    const out: { node: string; line: string }[] = [];
+    for (const n of this.nodes) {
+      if (!n.appendLog) continue;
+      let text = "";
+      try {
+        text = await Deno.readTextFile(n.appendLog);
+      } catch { /* it never appended */ }
+      for (const line of text.split("\n")) if (line) out.push({ node: n.id, line });
+    }
+    return out;
   }
 
   /** True when the entry serves (some server answers 200 on /v1/ready through it). */

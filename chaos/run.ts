@@ -11,10 +11,12 @@
  */
 import { type PgServer, startPostgres } from "../tests/support/pg.ts";
 import {
+  type AppendRecord,
   type Attempt,
   check,
   type CheckResult,
   formatViolation,
+  parseAppendLine,
   type Violation,
 } from "./checker.ts";
 import { Deployment, type Mode } from "./deployment.ts";
@@ -189,6 +191,13 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     if (pause.status !== 200) log(`chaos: cannot pause the schedule: ${pause.status}`);
     await waitTicksDone(entry, tag, settleDeadline);
 
+    // Appends first: each line was logged after its commit answered, so a snapshot read after
+    // it holds every event a line names.
+    const appends = o.mode === "shared"
+      ? (await d.appendLines()).map(({ node, line }) => parseAppendLine(node, line)).filter(
+        (a): a is AppendRecord => a !== null,
+      )
+      : undefined;
     const snapshot = await readSnapshot(directDb ?? serverDb, tag);
     const attempts = await readAttempts(
       d.workers.map((w) => ({ worker: w.id, file: w.logFile })),
@@ -200,6 +209,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       starts: driver.starts,
       faults: scheduler.faults,
       serverLogs: d.serverLogs(),
+      ...(appends ? { appends } : {}),
       schedule: {
         schedule_id: scheduleId,
         every_s: SCHEDULE_EVERY_S,
@@ -274,7 +284,7 @@ export function summary(r: ChaosReport): string {
     `  orders started=${r.driver.ordersStarted} finished=${r.driver.ordersDone}; flows=${r.driver.flowsStarted} signals=${r.driver.signals} cancels=${r.driver.cancels}; schedule occurrences=${r.check.occurrences}`,
     `  executions=${r.check.executions} (${status}) events=${r.check.events} attempts logged=${r.check.attempts} redeliveries=${r.check.redeliveries}${
       r.mode === "shared" ? ` unrecorded claims=${r.check.unrecordedClaims}` : ""
-    }`,
+    }${r.check.appends !== null ? ` appends logged=${r.check.appends}` : ""}`,
     `  faults=${r.faultCount} (${
       faults || "none"
     }); slowest recovery ${r.slowestRecoveryMs} ms; longest stall of orders ${r.driver.longestStallMs} ms`,

@@ -3,7 +3,13 @@
  * invariant it proves is broken once to see it named.
  */
 import assert from "node:assert/strict";
-import { type Attempt, check, type CheckInput, type StartRecord } from "../chaos/checker.ts";
+import {
+  type Attempt,
+  check,
+  type CheckInput,
+  parseAppendLine,
+  type StartRecord,
+} from "../chaos/checker.ts";
 import type { Event, Snapshot } from "../chaos/history_db.ts";
 
 const ID = "x-o1";
@@ -187,4 +193,68 @@ Deno.test("chaos checker: a missing schedule occurrence and two leaders in one t
     { node: "node-2", line: "cluster: leader is serving node_id=node-2 term=3" },
   ];
   assert.ok(rules(s).includes("leader-term"));
+});
+
+/** `shared: appended` lines as lib/store/postgres.ts writes them, for the 8 events of clean(). */
+function appendLines(parts: Array<[node: string, epoch: number, from: number, to: number]>) {
+  return parts.map(([node, epoch, from, to], i) => ({
+    node,
+    line: `2026-12-03T06:13:4${i}.545000Z DEBUG orbit_runtime::shared: shared: appended ` +
+      `node_id=${node} execution_id=${ID} run_id=${RUN} epoch=${epoch} from_seq=${from} to_seq=${to}`,
+  }));
+}
+
+function sharedInput(parts: Array<[string, number, number, number]>): CheckInput {
+  const i = input(clean());
+  i.mode = "shared";
+  i.appends = appendLines(parts).map(({ node, line }) => parseAppendLine(node, line)!);
+  return i;
+}
+
+Deno.test("chaos checker: shared appends by one node per epoch, epochs growing along the seqs, pass", () => {
+  const i = sharedInput([["node-1", 1, 1, 3], ["node-1", 1, 4, 5], ["node-2", 2, 6, 8]]);
+  assert.equal(i.appends!.length, 3);
+  assert.deepEqual(i.appends![2], {
+    node: "node-2",
+    node_id: "node-2",
+    execution_id: ID,
+    run_id: RUN,
+    epoch: 2,
+    from_seq: 6,
+    to_seq: 8,
+    at_ms: Date.parse("2026-12-03T06:13:42.545Z"),
+  });
+  const r = check(i);
+  assert.deepEqual(r.violations, []);
+  assert.equal(r.appends, 3);
+  // Any other line of a server is not an append.
+  assert.equal(
+    parseAppendLine("node-1", "x INFO orbit_runtime::shared: shared: node is serving"),
+    null,
+  );
+});
+
+Deno.test("chaos checker: two nodes appending at one epoch, or a lower epoch after a higher one, are named", () => {
+  const two = check(sharedInput([["node-1", 1, 1, 3], ["node-2", 1, 4, 5], ["node-1", 1, 6, 8]]));
+  assert.deepEqual(two.violations.map((v) => v.rule), ["append-epoch"]);
+  assert.match(two.violations[0]!.message, /two nodes appended at epoch 1: node-1 .* and node-2/);
+  assert.equal(two.violations[0]!.execution, ID);
+
+  const back = check(sharedInput([["node-1", 2, 1, 3], ["node-2", 1, 4, 8]]));
+  assert.deepEqual(back.violations.map((v) => v.rule), ["append-epoch"]);
+  assert.match(back.violations[0]!.message, /a lower epoch after a higher one/);
+
+  // Seqs logged twice, past the history's end, a line under another node's id, and no line at
+  // all (the capture broke) are named too.
+  const rules2 = (p: Array<[string, number, number, number]>) => rules(sharedInput(p));
+  assert.deepEqual(rules2([["node-1", 1, 1, 5], ["node-1", 1, 5, 8]]), ["append-epoch"]);
+  assert.deepEqual(rules2([["node-1", 1, 1, 9]]), ["append-epoch"]);
+  const foreign = sharedInput([["node-1", 1, 1, 8]]);
+  foreign.appends![0]!.node = "node-3";
+  assert.deepEqual(rules(foreign), ["append-epoch"]);
+  assert.deepEqual(rules2([]), ["append-epoch"]);
+  // Outside shared mode (or with nothing captured) the rule does not apply.
+  const single = sharedInput([]);
+  single.mode = "standby";
+  assert.deepEqual(rules(single), []);
 });

@@ -30,6 +30,8 @@ export interface ServerOptions {
   readyLine?: RegExp;
   /** Working directory of the server (default: this process's). */
   cwd?: string;
+  /** Sees every line first; a line it answers `false` for is not kept in `logs`. */
+  onLine?: (line: string) => boolean;
 }
 
 const running = new Set<Deno.ChildProcess>();
@@ -66,6 +68,7 @@ export async function startServer(o: ServerOptions): Promise<ServerProcess> {
       while ((i = buf.indexOf("\n")) >= 0) {
         const line = buf.slice(0, i);
         buf = buf.slice(i + 1);
+        if (o.onLine?.(line) === false) continue;
         logs.push(line);
         if (Deno.env.get("ORBIT_TEST_LOGS")) console.error(`[server ${child.pid}] ${line}`);
         for (const w of [...watchers]) w();
