@@ -72,6 +72,13 @@ export interface Reply {
   body: any;
 }
 
+let bearer: string | null = null;
+
+/** The bearer token every request of `call` sends from now on (attach mode), or none. */
+export function useToken(token: string | null): void {
+  bearer = token;
+}
+
 /** One request with a deadline; a connection error is status 0. */
 export async function call(
   base: string,
@@ -83,7 +90,10 @@ export async function call(
   try {
     const r = await fetch(base + path, {
       method,
-      headers: body !== undefined ? { "content-type": "application/json" } : {},
+      headers: {
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        ...(bearer ? { authorization: `Bearer ${bearer}` } : {}),
+      },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
       signal: AbortSignal.timeout(timeoutMs),
     });

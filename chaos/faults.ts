@@ -40,7 +40,13 @@ const PG_ONLY: ReadonlySet<FaultKind> = new Set([
   "db-delay",
 ]);
 
+/** What an attached run may do: its own workers and their link, nothing of the deployment's. */
+export const ATTACH_FAULTS: readonly FaultKind[] = FAULT_KINDS.filter((k) =>
+  k.startsWith("worker-")
+);
+
 export function faultsFor(mode: string, ownPostgres: boolean): FaultKind[] {
+  if (mode === "attach") return [...ATTACH_FAULTS];
   return FAULT_KINDS.filter((k) => {
     if (mode === "single-sqlite" && PG_ONLY.has(k)) return false;
     if (!ownPostgres && (k === "pg-restart-fast" || k === "pg-restart-immediate")) return false;

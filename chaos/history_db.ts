@@ -1,10 +1,12 @@
 /**
  * Reads what the checker needs straight from the database (SQLite file or PostgreSQL), not
  * through a server: the executions whose ids start with the run's tag, every event of their
- * runs, the run's schedule, and the standby cluster row.
+ * runs, the run's schedule, and the standby cluster row. An attached run without a database
+ * URL reads the same through the HTTP API instead (`readSnapshotHttp`).
  */
 import postgres from "postgres";
 import { DatabaseSync } from "node:sqlite";
+import { retry } from "./driver.ts";
 
 export interface ExecRow {
   execution_id: string;
@@ -100,4 +102,74 @@ export async function readSnapshot(db: string, tag: string): Promise<Snapshot> {
     events.set(id, all);
   }
   return { executions, events, schedules, cluster };
+}
+
+/**
+ * Attach mode without a database URL: the same snapshot read through the HTTP API (with the
+ * driver's token), for the executions the run started (`ids`) and the schedule's occurrences
+ * (`<schedule_id>@…`, found by listing the schedule's workflow). Each execution's current run
+ * is read whole (the chaos workflows never continue as new); a request that fails is repeated
+ * until `deadline`.
+ */
+export async function readSnapshotHttp(
+  base: string,
+  ids: string[],
+  schedule: { schedule_id: string; workflow: string } | null,
+  deadline: number,
+): Promise<Snapshot> {
+  const get = async (path: string) => {
+    const r = await retry(() => base, "GET", path, undefined, deadline);
+    if (r.status !== 200 && r.status !== 404) {
+      throw new Error(`GET ${path}: ${r.status} ${JSON.stringify(r.body).slice(0, 300)}`);
+    }
+    return r;
+  };
+  const all = new Set(ids);
+  const schedules: ScheduleRow[] = [];
+  if (schedule) {
+    let cursor: string | null = null;
+    do {
+      const q: string = `/v1/executions?workflow=${encodeURIComponent(schedule.workflow)}` +
+        `&limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+      const page = (await get(q)).body;
+      for (const e of page?.executions ?? []) {
+        if (e.execution_id.startsWith(`${schedule.schedule_id}@`)) all.add(e.execution_id);
+      }
+      cursor = page?.next_cursor ?? null;
+    } while (cursor);
+    const s = await get(`/v1/schedules/${encodeURIComponent(schedule.schedule_id)}`);
+    if (s.status === 200) {
+      const b = s.body;
+      schedules.push({
+        schedule_id: b.schedule_id,
+        fired: Number(b.fired ?? 0),
+        skipped: Number(b.skipped ?? 0),
+        created_ms: Number(b.created_ms),
+        paused: b.paused === true,
+      });
+    }
+  }
+  const executions: ExecRow[] = [];
+  const events = new Map<string, Event[]>();
+  const queue = [...all];
+  const reader = async () => {
+    for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+      const path = `/v1/executions/${encodeURIComponent(id)}`;
+      const row = await get(path);
+      if (row.status === 404) continue; // a start that never landed
+      const { execution_id, run_id, workflow, status } = row.body;
+      const list: Event[] = [];
+      for (let after = 0;;) {
+        const page = (await get(`${path}/history?run_id=${run_id}&after_seq=${after}&limit=1000`))
+          .body;
+        for (const e of page?.events ?? []) list.push({ ...e, run_id } as Event);
+        if (page?.next_after_seq === undefined) break;
+        after = page.next_after_seq;
+      }
+      executions.push({ execution_id, run_id, workflow, status });
+      events.set(execution_id, list);
+    }
+  };
+  await Promise.all(Array.from({ length: 8 }, reader));
+  return { executions, events, schedules, cluster: null };
 }

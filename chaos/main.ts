@@ -6,12 +6,18 @@
  *                   [--servers N] [--workers N] [--python-workers N] [--clients N]
  *                   [--db postgres://…] [--keep]
  *                   [--faults kind,kind,…] [--json FILE]
+ *   deno task chaos --attach http://host:port [--token T] [--db postgres://…|FILE.db]
+ *                   [--seconds 60] [--seed N] [--workers N] [--python-workers N] [--clients N]
+ *                   [--faults worker-kind,…] [--keep] [--json FILE]
+ *
+ * `--attach` runs against a deployment already running there (no server, no PostgreSQL started
+ * here; worker and worker-link faults only); the token may come from ORBIT_TOKEN instead.
  *
  * Exits 1 when the checker finds a violation (each is printed with its execution's events and
- * the faults around it), 2 on a usage error.
+ * the faults around it), 2 on a usage error or a run that could not go on (a refused token…).
  */
 import { type Mode, MODES } from "./deployment.ts";
-import { FAULT_KINDS, type FaultKind } from "./faults.ts";
+import { ATTACH_FAULTS, FAULT_KINDS, type FaultKind } from "./faults.ts";
 import { runChaos } from "./run.ts";
 
 const args = Deno.args;
@@ -24,8 +30,15 @@ const usage = (msg: string): never => {
   Deno.exit(2);
 };
 
-const mode = (flag("--mode") ?? "single-sqlite") as Mode;
-if (!MODES.includes(mode)) usage(`--mode must be one of ${MODES.join(", ")}`);
+const attach = flag("--attach");
+if (attach !== undefined) {
+  if (!/^https?:\/\/[^/]+\/?$/.test(attach)) usage("--attach must be a URL like http://host:port");
+  for (const f of ["--mode", "--servers"]) if (args.includes(f)) usage(`${f} is not for --attach`);
+}
+const mode = attach !== undefined ? "attach" : (flag("--mode") ?? "single-sqlite") as Mode;
+if (mode !== "attach" && !MODES.includes(mode)) usage(`--mode must be one of ${MODES.join(", ")}`);
+const token = flag("--token") ?? Deno.env.get("ORBIT_TOKEN");
+if (args.includes("--token") && mode !== "attach") usage("--token is for --attach");
 const num = (name: string) => {
   const v = flag(name);
   if (v === undefined) return undefined;
@@ -36,9 +49,14 @@ const num = (name: string) => {
 const faults = flag("--faults")?.split(",").map((s) => s.trim()) as FaultKind[] | undefined;
 for (const f of faults ?? []) {
   if (!FAULT_KINDS.includes(f)) usage(`unknown fault ${f}; kinds: ${FAULT_KINDS.join(", ")}`);
+  if (mode === "attach" && !ATTACH_FAULTS.includes(f)) {
+    usage(`--attach injects only ${ATTACH_FAULTS.join(", ")}`);
+  }
 }
 const db = flag("--db");
-if (db && !/^postgres(ql)?:\/\//.test(db)) usage("--db must be a postgres:// URL");
+if (db && mode !== "attach" && !/^postgres(ql)?:\/\//.test(db)) {
+  usage("--db must be a postgres:// URL");
+}
 if (db && mode === "single-sqlite") usage("--db is for the PostgreSQL modes");
 
 const seconds = num("--seconds") ?? 60;
@@ -47,8 +65,10 @@ const servers = num("--servers");
 const workers = num("--workers");
 const pythonWorkers = num("--python-workers");
 const clients = num("--clients");
-const report = await runChaos({
+const report = await (runChaos({
   mode,
+  ...(attach !== undefined ? { attach } : {}),
+  ...(token !== undefined && mode === "attach" ? { token } : {}),
   seconds,
   ...(seed !== undefined ? { seed } : {}),
   ...(servers !== undefined ? { servers } : {}),
@@ -58,7 +78,11 @@ const report = await runChaos({
   ...(db ? { db } : {}),
   ...(faults ? { faults } : {}),
   keep: args.includes("--keep"),
-});
+}).catch((e) => {
+  // A run that cannot start (a refused token, a definition that differs there…): no stack.
+  console.error(`chaos: ${(e as Error).message}`);
+  Deno.exit(2);
+}));
 const json = flag("--json");
 if (json) {
   const { details: _d, ...rest } = report;

@@ -3,6 +3,11 @@
  * workload, the seeded fault schedule for `seconds`, then the faults stop, everything is
  * healed and settles, and the checker reads the database and the workers' logs.
  *
+ * Attach mode (`mode: "attach"`, `attach: URL`) runs against a deployment someone else runs:
+ * no server and no PostgreSQL are started; the run deploys its workflows there, starts its own
+ * workers behind its worker-link fault proxy, injects only worker and worker-link faults, and
+ * reads the history from `db` when given, else through the HTTP API.
+ *
  * ```ts
  * import { runChaos } from "./run.ts";
  * const report = await runChaos({ mode: "standby", seconds: 60, seed: 42 });
@@ -29,14 +34,19 @@ import {
   retry,
   SCHEDULE_EVERY_S,
   TICK_WORKFLOW,
+  useToken,
 } from "./driver.ts";
 import { type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
-import { type FaultKind, FaultScheduler, faultsFor } from "./faults.ts";
-import { readSnapshot } from "./history_db.ts";
+import { ATTACH_FAULTS, type FaultKind, FaultScheduler, faultsFor } from "./faults.ts";
+import { readSnapshot, readSnapshotHttp } from "./history_db.ts";
 import { rng } from "./rng.ts";
 
 export interface ChaosOptions {
-  mode: Mode;
+  mode: Mode | "attach";
+  /** Attach mode: the base URL of the deployment to run against. */
+  attach?: string;
+  /** Attach mode: the bearer token of its API, for the driver and the workers. */
+  token?: string;
   seconds: number;
   seed?: number;
   /** Servers in the cluster modes (default 2 for standby, 3 for shared). */
@@ -46,7 +56,10 @@ export interface ChaosOptions {
   pythonWorkers?: number;
   /** Concurrent order clients (default 4). */
   clients?: number;
-  /** A PostgreSQL URL to use instead of starting one (its database must be ORBIT's or empty). */
+  /**
+   * A PostgreSQL URL to use instead of starting one (its database must be ORBIT's or empty);
+   * attach mode: where the checker reads the history (a PostgreSQL URL or a SQLite file).
+   */
   db?: string;
   /** Only these fault kinds (default: every kind the mode allows). */
   faults?: FaultKind[];
@@ -60,7 +73,9 @@ export interface ChaosOptions {
 }
 
 export interface ChaosReport {
-  mode: Mode;
+  mode: Mode | "attach";
+  /** Attach mode: the role the deployment's /v1/health answered (single, leader, shared…). */
+  role?: string;
   seed: number;
   seconds: number;
   tag: string;
@@ -100,7 +115,11 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const tag = `chaos-${seed}-${started.toString(36)}`;
   log(`chaos: mode=${o.mode} seconds=${o.seconds} seed=${seed} tag=${tag}`);
   const dir = await Deno.makeTempDir({ prefix: "orbit-chaos-" });
-  const usesPg = o.mode !== "single-sqlite";
+  const attached = o.mode === "attach";
+  if (attached && !o.attach) throw new Error("attach mode needs the deployment's URL");
+  const bad = attached ? (o.faults ?? []).filter((k) => !ATTACH_FAULTS.includes(k)) : [];
+  if (bad.length > 0) throw new Error(`attach mode cannot inject ${bad.join(", ")}`);
+  const usesPg = !attached && o.mode !== "single-sqlite";
   let pg: PgServer | null = null;
   let dbLink: FaultProxy | null = null;
   let directDb: string | null = null;
@@ -108,7 +127,10 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   let deployment: Deployment | null = null;
   let scheduler: FaultScheduler | null = null;
   try {
-    if (usesPg) {
+    if (attached) {
+      useToken(o.token ?? null);
+      directDb = o.db ?? null;
+    } else if (usesPg) {
       if (o.db) {
         directDb = o.db;
       } else {
@@ -123,11 +145,30 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     }
     const servers = o.servers ?? (o.mode === "shared" ? 3 : o.mode === "standby" ? 2 : 1);
     const python = o.pythonWorkers ?? (await hasPython() ? 1 : 0);
-    deployment = new Deployment(o.mode, serverDb, dir, servers, o.workers ?? 2, python);
+    deployment = new Deployment(
+      o.mode,
+      serverDb,
+      dir,
+      servers,
+      o.workers ?? 2,
+      python,
+      attached ? { url: o.attach!, token: o.token ?? null } : null,
+    );
     await deployment.start();
     const d = deployment;
     const entry = () => d.entry;
     const setupDeadline = Date.now() + 60_000;
+    // What the checker judges the history as: an attached shared cluster may hand a worker an
+    // attempt its owner refuses to record (the other modes' rules hold for every deployment).
+    let checkMode: string = o.mode;
+    let role: string | undefined;
+    if (attached) {
+      const h = await retry(entry, "GET", "/v1/health", undefined, setupDeadline);
+      if (h.status !== 200) throw new Error(`${d.entry}/v1/health answered ${h.status}`);
+      role = String(h.body?.role ?? "single");
+      checkMode = role === "shared" ? "shared" : "attach";
+      log(`chaos: attached to ${d.entry} (role ${role}); worker and worker-link faults only`);
+    }
     for (const wf of [ORDER_WORKFLOW, FLOW_WORKFLOW, TICK_WORKFLOW]) {
       const r = await retry(entry, "POST", "/v1/workflows", wf, setupDeadline);
       if (r.status !== 201 && r.status !== 200) {
@@ -153,7 +194,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     driver.start();
     const kinds = o.faults ?? faultsFor(o.mode, pg !== null);
     scheduler = new FaultScheduler(
-      { deployment: d, dbLink, directDb, pg },
+      { deployment: d, dbLink, directDb: attached ? null : directDb, pg },
       random,
       kinds,
       log,
@@ -198,12 +239,19 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         (a): a is AppendRecord => a !== null,
       )
       : undefined;
-    const snapshot = await readSnapshot(directDb ?? serverDb, tag);
+    const snapshot = attached && !directDb
+      ? await readSnapshotHttp(
+        d.entry,
+        [...new Set(driver.starts.map((s) => s.id))],
+        { schedule_id: scheduleId, workflow: TICK_WORKFLOW.name },
+        Date.now() + 180_000,
+      )
+      : await readSnapshot(directDb ?? serverDb, tag);
     const attempts = await readAttempts(
       d.workers.map((w) => ({ worker: w.id, file: w.logFile })),
     );
     const result = check({
-      mode: o.mode,
+      mode: checkMode,
       snapshot,
       attempts,
       starts: driver.starts,
@@ -221,6 +269,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     const recoveries = scheduler.faults.map((f) => f.recovery_ms ?? 0);
     const report: ChaosReport = {
       mode: o.mode,
+      ...(role !== undefined ? { role } : {}),
       seed,
       seconds: o.seconds,
       tag,
@@ -238,6 +287,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     if (o.keep) log(`chaos: run directory kept: ${dir}`);
     return report;
   } finally {
+    if (attached) useToken(null);
     await scheduler?.stop().catch(() => {});
     await deployment?.close();
     await dbLink?.close();
@@ -278,12 +328,14 @@ export function summary(r: ChaosReport): string {
   const faults = Object.entries(r.faults).map(([k, n]) => `${k}=${n}`).join(" ");
   const status = Object.entries(r.check.byStatus).map(([k, n]) => `${k}=${n}`).join(" ");
   return [
-    `chaos: mode=${r.mode} seed=${r.seed} ran ${r.seconds} s of faults (${
-      Math.round(r.elapsedMs / 1000)
-    } s in all)`,
+    `chaos: mode=${r.mode}${
+      r.role ? ` (role ${r.role})` : ""
+    } seed=${r.seed} ran ${r.seconds} s of faults (${Math.round(r.elapsedMs / 1000)} s in all)`,
     `  orders started=${r.driver.ordersStarted} finished=${r.driver.ordersDone}; flows=${r.driver.flowsStarted} signals=${r.driver.signals} cancels=${r.driver.cancels}; schedule occurrences=${r.check.occurrences}`,
     `  executions=${r.check.executions} (${status}) events=${r.check.events} attempts logged=${r.check.attempts} redeliveries=${r.check.redeliveries}${
-      r.mode === "shared" ? ` unrecorded claims=${r.check.unrecordedClaims}` : ""
+      r.mode === "shared" || r.role === "shared"
+        ? ` unrecorded claims=${r.check.unrecordedClaims}`
+        : ""
     }${r.check.appends !== null ? ` appends logged=${r.check.appends}` : ""}`,
     `  faults=${r.faultCount} (${
       faults || "none"

@@ -4,6 +4,8 @@ its refund, ship, confirm) on the Python SDK, with every attempt appended to a l
 JSON line, one O_APPEND write) before its handler runs, in the format of chaos/worker.ts.
 
     python3 chaos/worker.py --server URL --log FILE [--worker-id ID] [--max-delay-ms N]
+
+A bearer token, when the server wants one, comes from ``ORBIT_TOKEN`` (attach mode).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ parser.add_argument("--worker-id", default="chaos-python")
 parser.add_argument("--max-delay-ms", type=int, default=200)
 args = parser.parse_args()
 
-worker = Worker(args.server, args.worker_id, concurrency=8)
+worker = Worker(
+    args.server, args.worker_id, concurrency=8, token=os.environ.get("ORBIT_TOKEN") or None
+)
 
 
 def logged(task: str, ctx: TaskContext) -> None:

@@ -6,6 +6,8 @@
  *
  *   deno run -A chaos/worker.ts --server URL --log FILE [--worker-id ID] [--max-delay-ms N]
  *
+ * A bearer token, when the server wants one, comes from `ORBIT_TOKEN` (attach mode).
+ *
  * A log line is JSON: `{"event":"executing","pid","at_ms","execution_id","step","attempt",
  * "idempotency_key","redelivery","token","task"}`. It is appended synchronously, so a SIGKILL
  * after a result was sent cannot lose the line that records its attempt.
@@ -129,7 +131,8 @@ const tasks = [
   }),
 ];
 
-const worker = new Worker({ server, workerId, tasks, concurrency: 8 });
+const token = Deno.env.get("ORBIT_TOKEN");
+const worker = new Worker({ server, workerId, tasks, concurrency: 8, ...(token ? { token } : {}) });
 let stopping = false;
 const stop = () => {
   if (stopping) Deno.exit(130);
