@@ -27,6 +27,7 @@
  * waits up to 10 s for the owner's reply; if none came, its inbox entry is withdrawn (so it
  * is never applied later) and the request answers 503 OWNER_UNAVAILABLE with retry-after.
  */
+import { setImmediate } from "node:timers";
 import type { Hono } from "hono";
 import type postgres from "postgres";
 import type { Command } from "../lib/engine/decide.ts";
@@ -40,6 +41,7 @@ import type { Runtime, RuntimeOptions } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import type { ExecutionRow, Store } from "../lib/store/store.ts";
+import type { EagerSession, TaskPayload } from "../lib/workers.ts";
 
 import * as q from "../sql/postgres/shared.ts";
 import type { ClusterView } from "./node.ts";
@@ -48,6 +50,9 @@ import { SharedWorkers } from "./shared_workers.ts";
 const TICK_MS = 1000;
 const TAKEOVER_BATCH = 100;
 const FORWARD_WAIT_MS = 10_000;
+/** A NOTIFY payload must stay below 8000 bytes (node id and a space come first). */
+const REPLY_MAX_BYTES = 7000;
+const utf8 = new TextEncoder();
 
 export interface SharedNodeOptions {
   url: string;
@@ -75,7 +80,13 @@ interface Reply {
   seq: number;
   accepted?: boolean;
   row?: ExecutionRow;
+  /** The row did not fit into the notification: the waiting node reads it. */
+  row_omitted?: boolean;
   signal_seq?: number;
+  /** Tasks dispatched to the reporting worker's session with the result (eager dispatch). */
+  tasks?: TaskPayload[];
+  /** The tasks' inputs did not fit into the notification: read from orbit_tasks. */
+  inputs_omitted?: boolean;
   error?: { status: number; code: string; message: string };
 }
 
@@ -118,6 +129,9 @@ export class SharedNode implements ClusterView, RemoteCommands {
   #rt: Runtime | null = null;
   #app: Hono | null = null;
   #workers: SharedWorkers | null = null;
+  /** Notifications waiting for the statement in flight (see notify). */
+  #outbox = new Map<string, { channel: string; payload: string }>();
+  #notifying = false;
   #advertise: string | null = null;
   #joined = false;
   #resumed = false;
@@ -214,6 +228,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         this.notify(n);
         // Local waiters and polls need no round trip through the database.
         if (queued > 0) this.#workers?.wake();
+        for (const execId of closed) this.#wakeDone(execId);
       },
     });
     this.#req = postgresClient(this.opts.url, { max: 4, applicationName: `orbit-requests:${id}` });
@@ -267,9 +282,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     await listen.listen("orbit_inbox", (node) => {
       if (node === id) this.drain();
     });
-    await listen.listen("orbit_done", (execId) => {
-      for (const w of [...(this.#done.get(execId) ?? [])]) w();
-    });
+    await listen.listen("orbit_done", (execId) => this.#wakeDone(execId));
     await listen.listen("orbit_defs", (name) => rt.definitions.forget(name));
     await listen.listen("orbit_reply", (payload) => {
       const sp = payload.indexOf(" ");
@@ -283,16 +296,39 @@ export class SharedNode implements ClusterView, RemoteCommands {
     });
   }
 
+  /** Waits for the end of `execId` on this server look again. */
+  #wakeDone(execId: string): void {
+    for (const w of [...(this.#done.get(execId) ?? [])]) w();
+  }
+
   /**
    * Sends notifications in a statement of their own, after the commit they announce (a NOTIFY
-   * inside a writing transaction would serialize every commit of the cluster). A lost one is
-   * covered by the one-second re-checks of polls, waits and the inbox.
+   * inside a writing transaction would serialize every commit of the cluster). One statement
+   * is in flight at a time; what arrives meanwhile goes out together in the next one, each
+   * channel and payload once (replies are unique). A lost one is covered by the one-second
+   * re-checks of polls, waits and the inbox.
    */
   notify(list: Array<{ channel: string; payload: string }>): void {
     if (list.length === 0 || !this.#req) return;
-    this.#sql("req")(q.NOTIFY, [list]).catch((e) =>
-      log.shared.warn("shared: cannot send notifications", { error: (e as Error).message })
-    );
+    for (const n of list) this.#outbox.set(`${n.channel}\u0000${n.payload}`, n);
+    if (!this.#notifying) void this.#sendNotifications();
+  }
+
+  async #sendNotifications(): Promise<void> {
+    this.#notifying = true;
+    try {
+      // Let the commits that end in this turn of the event loop add theirs.
+      await new Promise<void>((r) => setImmediate(r));
+      while (this.#outbox.size > 0 && this.#req) {
+        const batch = [...this.#outbox.values()];
+        this.#outbox.clear();
+        await this.#sql("req")(q.NOTIFY, [batch]).catch((e) =>
+          log.shared.warn("shared: cannot send notifications", { error: (e as Error).message })
+        );
+      }
+    } finally {
+      this.#notifying = false;
+    }
   }
 
   /** Joins under the node id, resumes what it owns, and serves (after the listener is bound). */
@@ -638,9 +674,14 @@ export class SharedNode implements ClusterView, RemoteCommands {
           return;
         }
       }
+      // A result forwarded with its worker's session: the step it makes ready goes to that
+      // worker with the reply, as on one server.
+      const take = (cmd.type === "complete" || cmd.type === "fail") && e.payload.take
+        ? this.#workers?.eager(e.execution_id, e.payload.take as EagerSession)
+        : undefined;
       let r;
       try {
-        r = await ex.command(e.execution_id, cmd, undefined, [e.seq]);
+        r = await ex.command(e.execution_id, cmd, take?.follow, [e.seq]);
       } catch (err) {
         if (err instanceof OrbitError && err.status < 500) {
           await this.#finish(e, { error: errorOf(err) });
@@ -657,7 +698,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
         else if (cmd.type === "fail") m.tasksFailed.inc();
         else m.tasksSucceeded.inc();
       }
-      await this.#finish(e, this.#replyOf(cmd, r ?? null, e.execution_id));
+      const reply = this.#replyOf(cmd, r ?? null, e.execution_id);
+      if (take && r) {
+        const tasks = take.tasks(r);
+        if (tasks.length > 0) reply.tasks = tasks;
+      }
+      await this.#finish(e, reply);
     } finally {
       this.#applying.delete(e.seq);
     }
@@ -694,19 +740,29 @@ export class SharedNode implements ClusterView, RemoteCommands {
       }
       return { accepted: true, signal_seq: received.seq, row: rowOf(r.state, this.now()) };
     }
+    // A worker's result needs no row in its answer.
+    if (cmd.type === "complete" || cmd.type === "fail") return { accepted: r.accepted };
     return { accepted: r.accepted, row: rowOf(r.state, this.now()) };
   }
 
   async #finish(e: InboxEntry, reply: Omit<Reply, "seq">): Promise<void> {
     if (reply.error) await this.#sql("hb")(q.DELETE_INBOX, [e.seq]).catch(() => {});
     if (!e.reply_to) return;
-    const text = JSON.stringify({ seq: e.seq, ...reply });
-    await this.#sql("hb")(q.REPLY, [e.reply_to, text]).catch((err) =>
-      log.shared.warn("shared: cannot answer a forwarded command", {
-        execution_id: e.execution_id,
-        error: (err as Error).message,
-      })
-    );
+    let text = JSON.stringify({ seq: e.seq, ...reply });
+    if (text.length * 3 > REPLY_MAX_BYTES && utf8.encode(text).length > REPLY_MAX_BYTES) {
+      // NOTIFY payloads end at 8000 bytes: what the waiting node can read itself stays out.
+      const small: Omit<Reply, "seq"> = { ...reply };
+      if (small.row) {
+        delete small.row;
+        small.row_omitted = true;
+      }
+      if (small.tasks) {
+        small.tasks = small.tasks.map((t) => ({ ...t, input: null }));
+        small.inputs_omitted = true;
+      }
+      text = JSON.stringify({ seq: e.seq, ...small });
+    }
+    this.notify([{ channel: "orbit_reply", payload: `${e.reply_to} ${text}` }]);
   }
 
   /** Entries of executions nobody owns any more: answered as finished, then removed. */
@@ -743,11 +799,18 @@ export class SharedNode implements ClusterView, RemoteCommands {
   async forward(
     id: string,
     cmd: Command,
-  ): Promise<{ accepted: boolean; row?: ExecutionRow; seq?: number } | null> {
+    take?: EagerSession,
+  ): Promise<
+    { accepted: boolean; row?: ExecutionRow; seq?: number; tasks?: TaskPayload[] } | null
+  > {
     const ex = this.#rt!.executions;
-    const [o] = await this.#sql("req")<{ node_id: string; epoch: number; addr: string | null }>(
-      q.OWNER_OF,
-      [id],
+    const { kind, payload } = inboxOf(cmd);
+    if (take && (cmd.type === "complete" || cmd.type === "fail")) payload.take = take;
+    const waits = cmd.type !== "uncertain";
+    // The owner, and the entry in its inbox when it is another node, in one statement.
+    const [o] = await this.#sql("req")<{ node_id: string; epoch: number; seq: number | null }>(
+      q.FORWARD,
+      [this.opts.nodeId, id, kind, payload, this.now(), waits ? this.opts.nodeId : null],
     );
     if (!o) return null;
     if (o.node_id === this.opts.nodeId) {
@@ -767,17 +830,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         ...(reply.signal_seq !== undefined ? { seq: reply.signal_seq } : {}),
       };
     }
-    const { kind, payload } = inboxOf(cmd);
-    const waits = cmd.type !== "uncertain";
-    const [sent] = await this.#sql("req")<{ seq: number }>(q.SEND_INBOX, [
-      o.node_id,
-      id,
-      kind,
-      payload,
-      this.now(),
-      waits ? this.opts.nodeId : null,
-    ]);
-    const seq = Number(sent!.seq);
+    const seq = Number(o.seq);
     this.notify([{ channel: "orbit_inbox", payload: o.node_id }]);
     if (!waits) return { accepted: true };
     let reply = await this.#awaitReply(seq, FORWARD_WAIT_MS);
@@ -800,10 +853,29 @@ export class SharedNode implements ClusterView, RemoteCommands {
     if (reply.error) {
       throw new OrbitError(reply.error.status, reply.error.code, reply.error.message);
     }
+    // A reply too large for a notification leaves out the row and the tasks' inputs (both
+    // committed before the reply was sent): read them here.
+    let row = reply.row;
+    if (reply.row_omitted) row = (await this.#store!.getExecution(id)) ?? undefined;
+    let tasks = reply.tasks ?? [];
+    if (reply.inputs_omitted && tasks.length > 0) {
+      const inputs = new Map(
+        (await this.#sql("req")<{ token: string; input: unknown }>(q.TASK_INPUTS, [
+          tasks.map((t) => t.token),
+        ]).catch(() => [])).map((r) => [r.token, r.input]),
+      );
+      // A task whose row is gone is not handed out: its owner redelivers it when the worker's
+      // heartbeats never list it.
+      tasks = tasks.filter((t) => inputs.has(t.token)).map((t) => ({
+        ...t,
+        input: inputs.get(t.token),
+      }));
+    }
     return {
       accepted: reply.accepted ?? false,
-      ...(reply.row ? { row: reply.row } : {}),
+      ...(row ? { row } : {}),
       ...(reply.signal_seq !== undefined ? { seq: reply.signal_seq } : {}),
+      ...(tasks.length > 0 ? { tasks } : {}),
     };
   }
 

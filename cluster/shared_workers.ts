@@ -32,6 +32,7 @@ import { notFound } from "../lib/errors.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import { log } from "../lib/log.ts";
 import {
+  type EagerSession,
   languageFits,
   payload,
   type Session,
@@ -403,9 +404,40 @@ export class SharedWorkers implements WorkerService {
     // append (its task row is written claimed). Only a step that was not queued before: a
     // queued row may be claimed by another server at this very moment.
     const s = take && take.maxTasks > 0 ? this.sessions.get(take.sessionId) : undefined;
-    let eager: { step: string; token: string } | null = null;
-    const follow = s && id && a
-      ? (state: ExecutionState): Command | null => {
+    const eager = s && id && a ? this.eager(id, s) : undefined;
+    // Owned elsewhere: the owner dispatches the next step to this session in the commit of
+    // the result and sends the task back with its reply.
+    const remote = s && id && !a
+      ? {
+        session_id: s.session_id,
+        worker_id: s.worker_id,
+        runtime: s.runtime,
+        tasks: s.tasks,
+      }
+      : undefined;
+    const r = await this.executions.report(token, result, eager?.follow, remote);
+    if (s) this.#touch(s);
+    const tasks = eager ? eager.tasks(r) : (r.tasks ?? []);
+    if (tasks.length > 0) {
+      this.tasksClaimed += tasks.length;
+      this.metrics.tasksDispatched.inc({}, tasks.length);
+    }
+    return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
+  }
+
+  /**
+   * Eager dispatch, as on one server: the first step that a result makes ready and that the
+   * session serves is dispatched to it in the same append (its task row is written claimed).
+   * Only a step that was not queued before: a queued row may be claimed by another server at
+   * this very moment. Used for results reported here and for results forwarded to this owner.
+   */
+  eager(id: string, s: EagerSession): {
+    follow: (state: ExecutionState) => Command | null;
+    tasks: (r: { followed: boolean; state: ExecutionState | null }) => TaskPayload[];
+  } {
+    let taken: { step: string; token: string } | null = null;
+    return {
+      follow: (state) => {
         const pre = this.executions.active.get(id)?.state;
         const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
         const st = queuedSteps(state).find((st) =>
@@ -416,26 +448,20 @@ export class SharedWorkers implements WorkerService {
           )
         );
         if (!st) return null;
-        eager = { step: st.id, token: `${state.execution_id}/${this.opts.newId()}` };
+        taken = { step: st.id, token: `${state.execution_id}/${this.opts.newId()}` };
         return {
           type: "dispatch",
           step: st.id,
-          token: eager.token,
+          token: taken.token,
           worker_id: s.worker_id,
           worker_session: s.session_id,
         };
-      }
-      : undefined;
-    const r = await this.executions.report(token, result, follow);
-    if (s) this.#touch(s);
-    const tasks: TaskPayload[] = [];
-    const e = eager as { step: string; token: string } | null;
-    if (r.followed && r.state && e) {
-      this.tasksClaimed++;
-      this.metrics.tasksDispatched.inc();
-      tasks.push(payload(r.state, e.step, e.token));
-    }
-    return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
+      },
+      tasks: (r) => {
+        const t = taken as { step: string; token: string } | null;
+        return r.followed && r.state && t ? [payload(r.state, t.step, t.token)] : [];
+      },
+    };
   }
 
   async list(): Promise<unknown[]> {

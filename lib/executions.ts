@@ -34,6 +34,7 @@ import type { Metrics } from "./metrics.ts";
 import { validateAgainst } from "./jsonschema.ts";
 import { readRun } from "./signals.ts";
 import { log } from "./log.ts";
+import type { EagerSession, TaskPayload } from "./workers.ts";
 import { evictable, WAKE_AHEAD_MS, WAKE_POLL_MS, wakeAt } from "./execution_cache.ts";
 
 export interface Clock {
@@ -77,11 +78,18 @@ export interface Ownership {
 
 /** Shared mode: commands for an execution another node owns go through its inbox. */
 export interface RemoteCommands {
-  /** Applies `cmd` on the owner of `id`; null when nobody owns it (not running). */
+  /**
+   * Applies `cmd` on the owner of `id`; null when nobody owns it (not running). With `take`,
+   * a result's owner may dispatch the step it makes ready to that worker session and answer
+   * the task (`tasks`).
+   */
   forward(
     id: string,
     cmd: Command,
-  ): Promise<{ accepted: boolean; row?: ExecutionRow; seq?: number } | null>;
+    take?: EagerSession,
+  ): Promise<
+    { accepted: boolean; row?: ExecutionRow; seq?: number; tasks?: TaskPayload[] } | null
+  >;
 }
 
 export interface StartRequest {
@@ -415,7 +423,15 @@ export class Executions {
     token: string,
     result: { output: unknown } | { error: ErrorInfo },
     follow?: (s: ExecutionState) => Command | null,
-  ): Promise<{ accepted: boolean; state: ExecutionState | null; followed: boolean }> {
+    take?: EagerSession,
+  ): Promise<
+    {
+      accepted: boolean;
+      state: ExecutionState | null;
+      followed: boolean;
+      tasks?: TaskPayload[];
+    }
+  > {
     const id = executionOfToken(token);
     if (id === null) {
       throw invalid("INVALID_TOKEN", "a task token has the form <execution id>/<uuid>");
@@ -425,12 +441,12 @@ export class Executions {
       : { type: "complete", token, output: result.output };
     let r = await this.command(id, cmd, follow);
     if (r === null && this.remote) {
-      const f = await this.remote.forward(id, cmd);
+      const f = await this.remote.forward(id, cmd, take);
       if (f) {
         if (!f.accepted) this.metrics.resultsIgnored.inc();
         else if ("error" in result) this.metrics.tasksFailed.inc();
         else this.metrics.tasksSucceeded.inc();
-        return { accepted: f.accepted, state: null, followed: false };
+        return { accepted: f.accepted, state: null, followed: false, tasks: f.tasks ?? [] };
       }
       // Nobody owns it: it finished, or it was taken over here meanwhile.
       r = await this.command(id, cmd, follow);

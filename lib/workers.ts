@@ -41,6 +41,9 @@ export interface Session {
   told: Set<string>;
 }
 
+/** What an owner needs of a worker's session to dispatch a task to it. */
+export type EagerSession = Pick<Session, "session_id" | "worker_id" | "runtime" | "tasks">;
+
 export interface TaskPayload {
   token: string;
   execution_id: string;
@@ -549,7 +552,7 @@ export class Workers implements WorkerService {
 export function languageFits(
   language: string | null,
   reg: TaskRegistration,
-  s: Session,
+  s: Pick<Session, "runtime">,
 ): boolean {
   return language === null || language === "any" || language === (reg.language ?? s.runtime);
 }

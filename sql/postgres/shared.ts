@@ -329,9 +329,24 @@ GROUP BY task_name, contract_version`;
  * A command for the owner of an execution (the caller then sends NOTIFY orbit_inbox).
  * Params: $1 owner node, $2 execution_id, $3 kind, $4 payload, $5 now, $6 reply_to (or null).
  */
-export const SEND_INBOX = `
-INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms, reply_to)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6) RETURNING seq`;
+/**
+ * A command for an execution's owner, in one statement: reads the owner and, when it is
+ * another node, writes the entry into its inbox. Answers the owner (no row: nobody owns it)
+ * and the entry's seq (null: owned by $1, nothing written).
+ * Params: $1 me, $2 execution_id, $3 kind, $4 payload, $5 created_ms, $6 reply_to.
+ */
+export const FORWARD = `
+WITH o AS (SELECT node_id, epoch FROM orbit_owners WHERE execution_id = $2),
+ins AS (
+  INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms, reply_to)
+  SELECT o.node_id, $2, $3, $4::jsonb, $5, $6 FROM o WHERE o.node_id <> $1
+  RETURNING seq
+)
+SELECT o.node_id, o.epoch, (SELECT seq FROM ins) AS seq FROM o`;
+
+/** The inputs of tasks whose reply left them out (too large for a notification). */
+export const TASK_INPUTS = `
+SELECT token, payload->'input' AS input FROM orbit_tasks WHERE token IN ${list(1)}`;
 
 /**
  * Notifications after a commit (never inside a writing transaction, see COMMIT_OWNED).
@@ -365,9 +380,6 @@ export const ORPHAN_INBOX = `
 SELECT i.seq, i.execution_id, i.kind, i.payload, i.reply_to FROM orbit_inbox i
 WHERE NOT EXISTS (SELECT 1 FROM orbit_owners o WHERE o.execution_id = i.execution_id)
 ORDER BY i.seq LIMIT $1`;
-
-/** The owner's answer to a forwarded command. Params: $1 the waiting node, $2 payload text. */
-export const REPLY = "SELECT pg_notify('orbit_reply', $1 || ' ' || $2)";
 
 // ---------------------------------------------------------------------------------------------
 // orbit_sessions

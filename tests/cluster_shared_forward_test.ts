@@ -1,0 +1,173 @@
+/**
+ * Shared mode: commands that reach a server which does not own the execution go through the
+ * owner's inbox (reference page, "Inbox"), and are answered as on one server.
+ *
+ * - A worker's result reported through another server comes back with the next task: the
+ *   owner dispatches the step the result makes ready to the reporting worker's session in the
+ *   commit of the result (eager dispatch, as on one server) and sends the task with its reply.
+ * - A reply that does not fit into a notification (NOTIFY payloads end at 8000 bytes: an
+ *   execution with a large input, a task with a large input) is answered all the same, at
+ *   once: the waiting server reads what was left out. Before, the reply was lost and a signal
+ *   that had been applied was answered 503 OWNER_UNAVAILABLE ("nothing was applied, retry")
+ *   after 12 s, so a retry signalled twice.
+ */
+import assert from "node:assert/strict";
+import { api } from "./support/server.ts";
+import { sharedPostgres } from "./support/pg.ts";
+import { type SharedCluster, startSharedCluster } from "./support/shared_cluster.ts";
+
+const T = { sanitizeOps: false, sanitizeResources: false };
+
+const TWO_STEPS = {
+  ir: "orbit-ir/1",
+  name: "TwoSteps",
+  version: "1.0.0",
+  steps: [
+    { id: "a", task: "t.fwd", contract: "1", input: "{% $input %}" },
+    { id: "b", task: "t.fwd", contract: "1", input: "{% $steps.a %}" },
+  ],
+};
+
+const WAITS = {
+  ir: "orbit-ir/2",
+  name: "Waits",
+  version: "1.0.0",
+  signals: { go: { schema: { type: "object" } } },
+  steps: [
+    { id: "w", wait_signal: "go", timeout_s: 3600 },
+    { id: "done", return: "{% $signal %}" },
+  ],
+};
+
+async function withTwo(fn: (c: SharedCluster) => Promise<void>): Promise<void> {
+  const db = await (await sharedPostgres()).createDatabase();
+  const c = await startSharedCluster({ db, nodes: 2, proxy: false });
+  try {
+    await fn(c);
+  } finally {
+    await c.close();
+  }
+}
+
+/** Starts through `base` (that server owns it); the other may not know the workflow yet. */
+async function start(base: string, body: Record<string, unknown>): Promise<void> {
+  const end = Date.now() + 10_000;
+  for (;;) {
+    const r = await api(base).post("/v1/executions", body);
+    if (r.status === 201) return;
+    if (r.status === 404 && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 100));
+      continue;
+    }
+    assert.fail(`start through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+}
+
+// deno-lint-ignore no-explicit-any
+async function historyOf(base: string, id: string): Promise<any[]> {
+  const r = await api(base).get(`/v1/executions/${id}/history`);
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  return r.body.events;
+}
+
+for (const size of [100, 20_000]) {
+  Deno.test({
+    ...T,
+    name: `shared: a result through a server that does not own the execution comes back with ` +
+      `the next task (input of ${size} bytes)`,
+    fn: () =>
+      withTwo(async (c) => {
+        const [owner, other] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
+        const a = api(owner.url);
+        const b = api(other.url);
+        assert.equal((await a.post("/v1/workflows", TWO_STEPS)).status, 201);
+        const reg = await b.post("/v1/workers/register", {
+          worker_id: "fwd-worker",
+          runtime: "typescript",
+          tasks: [{ name: "t.fwd", contract: "1" }],
+          concurrency: 1,
+        });
+        assert.equal(reg.status, 200, JSON.stringify(reg.body));
+        const session = reg.body.session_id as string;
+        const input = { blob: "x".repeat(size) };
+        await start(owner.url, { workflow: "TwoSteps", execution_id: "fwd-1", input });
+
+        // The worker polls and reports through the server that does not own the execution.
+        const polled = await b.post("/v1/workers/poll", { session_id: session, wait_s: 10 });
+        assert.equal(polled.status, 200, JSON.stringify(polled.body));
+        const [first] = polled.body.tasks;
+        assert.equal(first.step, "a");
+        assert.deepEqual(first.input, input);
+        const started = Date.now();
+        const done = await b.post("/v1/tasks/complete", {
+          token: first.token,
+          output: { echoed: input.blob },
+          session_id: session,
+          max_tasks: 1,
+        });
+        assert.equal(done.status, 200, JSON.stringify(done.body));
+        assert.equal(done.body.accepted, true);
+        assert.ok(Date.now() - started < 5_000, `answered after ${Date.now() - started} ms`);
+        assert.equal(done.body.tasks?.length, 1, JSON.stringify(done.body));
+        const [next] = done.body.tasks;
+        assert.equal(next.step, "b");
+        assert.equal(next.redelivery, false);
+        assert.equal(next.execution_id, "fwd-1");
+        assert.deepEqual(next.input, { echoed: input.blob });
+
+        // The owner recorded that dispatch, to this worker's session, once.
+        const dispatches = (await historyOf(owner.url, "fwd-1")).filter((e) =>
+          e.type === "StepDispatched" && e.step === "b"
+        );
+        assert.equal(dispatches.length, 1);
+        assert.equal(dispatches[0].worker_session, session);
+
+        const last = await b.post("/v1/tasks/complete", { token: next.token, output: 1 });
+        assert.equal(last.body.accepted, true);
+        const w = await b.get("/v1/executions/fwd-1/wait?timeout_s=10");
+        assert.equal(w.body.status, "completed");
+        const events = await historyOf(other.url, "fwd-1");
+        assert.equal(events.filter((e) => e.type === "StepSucceeded").length, 2);
+        // A second result for the same attempt is refused, through either server.
+        const again = await b.post("/v1/tasks/complete", { token: next.token, output: 2 });
+        assert.equal(again.body.accepted, false);
+      }),
+  });
+}
+
+Deno.test({
+  ...T,
+  name: "shared: a signal and a cancel through another server are answered at once when the " +
+    "execution's input is too large for a notification",
+  fn: () =>
+    withTwo(async (c) => {
+      const [owner, other] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
+      assert.equal((await api(owner.url).post("/v1/workflows", WAITS)).status, 201);
+      const input = { blob: "é".repeat(6_000) }; // 12,000 bytes in UTF-8
+      await start(owner.url, { workflow: "Waits", execution_id: "big-1", input });
+      await start(owner.url, { workflow: "Waits", execution_id: "big-2", input });
+      const b = api(other.url);
+
+      let t = Date.now();
+      const sig = await b.post("/v1/executions/big-1/signals/go", { payload: { n: 1 } });
+      assert.equal(sig.status, 200, JSON.stringify(sig.body));
+      assert.equal(typeof sig.body.seq, "number");
+      assert.ok(Date.now() - t < 5_000, `signal answered after ${Date.now() - t} ms`);
+      const w = await b.get("/v1/executions/big-1/wait?timeout_s=10");
+      assert.equal(w.body.status, "completed");
+      const received = (await historyOf(other.url, "big-1")).filter((e) =>
+        e.type === "SignalReceived"
+      );
+      assert.equal(received.length, 1);
+      assert.equal(received[0].seq, sig.body.seq);
+
+      t = Date.now();
+      const cancel = await b.post("/v1/executions/big-2/cancel", {});
+      assert.equal(cancel.status, 200, JSON.stringify(cancel.body));
+      assert.ok(Date.now() - t < 5_000, `cancel answered after ${Date.now() - t} ms`);
+      assert.equal(cancel.body.execution_id, "big-2");
+      assert.ok(["cancelled", "running"].includes(cancel.body.status), cancel.body.status);
+      const w2 = await b.get("/v1/executions/big-2/wait?timeout_s=10");
+      assert.equal(w2.body.status, "cancelled");
+    }),
+});
