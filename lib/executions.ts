@@ -53,6 +53,20 @@ export interface ExecutionObserver {
   ): void;
   /** Shared mode: the execution left this node's memory (another node owns it now). */
   dropped?(last: ExecutionState): void;
+  /**
+   * A new execution's first task, for a poll waiting here: the dispatch goes into the start's
+   * own commit. The poll is set aside until `deliver` (after the commit) or `release`.
+   */
+  offerFirst?(state: ExecutionState): StartOffer | null;
+}
+
+/** A waiting poll set aside for a new execution's first task (see offerFirst). */
+export interface StartOffer {
+  command: Command;
+  /** The start committed with the dispatch: the poll answers the task. */
+  deliver(state: ExecutionState): void;
+  /** The dispatch did not happen: the poll waits on. */
+  release(): void;
 }
 
 interface Active {
@@ -307,19 +321,27 @@ export class Executions {
       this.#starting++;
       try {
         const now = this.clock.now();
+        // The first task goes to a poll waiting here in the start's own commit.
+        let offer: StartOffer | null = null;
         const d = await decide(def, null, {
           type: "start",
           execution_id: id,
           run_id: this.clock.newId(),
           input: req.input ?? null,
           ...(link ?? {}),
-        }, { now, newId: this.clock.newId });
+        }, { now, newId: this.clock.newId }, (st) => {
+          offer = this.observer?.offerFirst?.(st) ?? null;
+          return offer?.command ?? null;
+        });
+        const taken = offer as StartOffer | null;
+        if (taken && !d.followed) taken.release();
         const item = this.#item(null, d.state, d.events, now, true);
         const row = item.row;
         try {
           await this.committer.append(item);
           this.#held(item);
         } catch (e) {
+          if (taken && d.followed) taken.release();
           // Either the id exists (maybe from an earlier attempt of this very start whose
           // commit landed although it reported an error), or the outcome is unknown: read
           // the store, and load a running execution that memory does not hold yet.
@@ -338,6 +360,7 @@ export class Executions {
           version: def.version,
         });
         this.#install(id, null, d.state, def, d.events);
+        if (taken && d.followed) taken.deliver(d.state);
         // A run that reached continue_as_new in its first append starts its next run now.
         if (d.state.continued) await this.#continue(d.state, def);
         return { created: true, row };

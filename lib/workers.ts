@@ -15,7 +15,7 @@
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
 import type { Command } from "./engine/decide.ts";
 import { type ExecutionState, liveTokens, queuedSteps } from "./engine/state.ts";
-import type { ExecutionObserver, Executions } from "./executions.ts";
+import type { ExecutionObserver, Executions, StartOffer } from "./executions.ts";
 import { executionOfToken } from "./executions.ts";
 import { notFound } from "./errors.ts";
 import type { Metrics } from "./metrics.ts";
@@ -70,6 +70,10 @@ interface Waiter {
   session: Session;
   max: number;
   resolve: (picked: Queued[]) => void;
+  /** Answers tasks dispatched for it already (a new execution's first task); false if gone. */
+  deliver: (tasks: TaskPayload[]) => boolean;
+  /** The poll has answered (its wait ran out, its request closed, it got tasks). */
+  done: boolean;
 }
 
 const key = (task: string, contract: string) => `${task}\u0000${contract}`;
@@ -183,11 +187,24 @@ export class Workers implements WorkerService {
     s.polling++;
     try {
       max = Math.max(1, Math.min(max, s.concurrency));
-      let picked = this.#pick(s, max);
+      let picked: Queued[] | TaskPayload[] = this.#pick(s, max);
+      let given = false;
       if (picked.length === 0 && waitMs > 0 && !signal?.aborted) {
-        picked = await new Promise<Queued[]>((resolve) => {
-          const w: Waiter = { session: s, max, resolve: (p) => finish(p) };
-          const finish = (p: Queued[]) => {
+        picked = await new Promise<Queued[] | TaskPayload[]>((resolve) => {
+          const w: Waiter = {
+            session: s,
+            max,
+            resolve: (p) => finish(p),
+            deliver: (tasks) => {
+              if (w.done) return false;
+              given = true;
+              finish(tasks);
+              return true;
+            },
+            done: false,
+          };
+          const finish = (p: Queued[] | TaskPayload[]) => {
+            w.done = true;
             clearTimeout(timer);
             signal?.removeEventListener("abort", onAbort);
             const i = this.#waiters.indexOf(w);
@@ -200,7 +217,8 @@ export class Workers implements WorkerService {
           this.#waiters.push(w);
         });
       }
-      return await this.#dispatch(s, picked, signal);
+      if (given) return this.#delivered(s, picked as TaskPayload[], signal);
+      return await this.#dispatch(s, picked as Queued[], signal);
     } finally {
       s.polling--;
       s.last_contact_ms = this.opts.now();
@@ -325,6 +343,48 @@ export class Workers implements WorkerService {
       added = true;
     }
     if (added) this.#wake();
+  }
+
+  /**
+   * A new execution's first task for a poll waiting here, dispatched in the start's commit
+   * (the same as a result's eager dispatch): the first waiting poll whose session serves one
+   * of the queued steps is set aside until the commit answers.
+   */
+  offerFirst(state: ExecutionState): StartOffer | null {
+    if (this.#waiters.length === 0) return null;
+    for (const st of queuedSteps(state)) {
+      const i = this.#waiters.findIndex((w) =>
+        w.session.tasks.some((reg) =>
+          reg.name === st.task && reg.contract === st.contract &&
+          languageFits(st.language, reg, w.session)
+        )
+      );
+      if (i < 0) continue;
+      const w = this.#waiters[i]!;
+      this.#waiters.splice(i, 1);
+      const token = `${state.execution_id}/${this.opts.newId()}`;
+      return {
+        command: {
+          type: "dispatch",
+          step: st.id,
+          token,
+          worker_id: w.session.worker_id,
+          worker_session: w.session.session_id,
+        },
+        deliver: (next) => {
+          const task = payload(next, st.id, token);
+          this.metrics.tasksDispatched.inc();
+          // The poll ended meanwhile (its wait ran out, its request closed): redelivered.
+          if (!w.deliver([task])) this.#undelivered(w.session, [task], "closed");
+        },
+        release: () => {
+          if (w.done) return;
+          this.#waiters.push(w);
+          this.#wake();
+        },
+      };
+    }
+    return null;
   }
 
   #wake(): void {

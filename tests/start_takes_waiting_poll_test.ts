@@ -1,0 +1,105 @@
+/**
+ * A start whose first task a waiting poll serves dispatches it in the start's own commit and
+ * answers the poll with it (no second commit for the dispatch). When that commit fails, the
+ * poll is not answered with a task nobody recorded: it waits on and gets the task of the next
+ * start. A poll that ended while the start committed (its wait ran out) does not lose the
+ * task: it is recorded uncertain and goes out again with `redelivery: true`.
+ */
+import assert from "node:assert/strict";
+import { Runtime } from "../lib/runtime.ts";
+import { openStore } from "../lib/store/open.ts";
+import type { AppendItem } from "../lib/store/store.ts";
+import { readRun } from "../lib/signals.ts";
+import { faultyStore } from "./support/faulty_store.ts";
+import { tempDir } from "./support/server.ts";
+
+const ONE = {
+  ir: "orbit-ir/1",
+  name: "One",
+  version: "1.0.0",
+  steps: [{ id: "only", task: "t.one", contract: "1", input: "{% $input %}" }],
+};
+
+const shape = (items: AppendItem[]) =>
+  items.flatMap((i) => i.events.map((e) => `${i.row.execution_id}/${e.type}`));
+
+Deno.test({
+  name: "a start hands its first task to a waiting poll in its own commit",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const store = faultyStore(await openStore(`${await tempDir()}/s.db`));
+    const rt = new Runtime(store, { sessionTimeoutMs: 60_000, maxActiveExecutions: null });
+    await rt.start();
+    try {
+      await rt.definitions.deploy(ONE);
+      const commits: string[][] = [];
+      let fail: string | null = null;
+      store.plan = {
+        commit: (_n, items) => {
+          const s = shape(items);
+          commits.push(s);
+          return fail !== null && s.includes(fail) ? "before" : "ok";
+        },
+      };
+      const session = await rt.workers.register({
+        worker_id: "w",
+        runtime: "typescript",
+        tasks: [{ name: "t.one", contract: "1" }],
+        concurrency: 1,
+      });
+
+      // A poll waits; the start's one commit holds the creation and the dispatch.
+      const polled = rt.workers.poll(session, 1, 10_000);
+      await rt.executions.start({ workflow: "One", execution_id: "a", input: 1 });
+      const [ta] = await polled;
+      assert.equal(ta?.execution_id, "a");
+      assert.equal(ta?.redelivery, false);
+      assert.deepEqual(commits, [["a/WorkflowCreated", "a/StepScheduled", "a/StepDispatched"]]);
+      assert.equal((await rt.workers.report(ta!.token, { output: 1 })).accepted, true);
+
+      // The start's commit fails: the poll is not answered with b's task; it takes c's.
+      const polled2 = rt.workers.poll(session, 1, 10_000);
+      fail = "b/WorkflowCreated";
+      await assert.rejects(rt.executions.start({ workflow: "One", execution_id: "b", input: 2 }));
+      fail = null;
+      await rt.executions.start({ workflow: "One", execution_id: "c", input: 3 });
+      const [tc] = await polled2;
+      assert.equal(tc?.execution_id, "c");
+      assert.equal((await rt.workers.report(tc!.token, { output: 3 })).accepted, true);
+
+      // A poll whose wait ends while the start commits: the dispatched task is redelivered.
+      let release!: () => void;
+      const gate = new Promise<void>((r) => release = r);
+      store.plan = {};
+      const commit = store.commit;
+      store.commit = async (items) => {
+        if (shape(items).includes("d/WorkflowCreated")) await gate;
+        return await commit(items);
+      };
+      const short = rt.workers.poll(session, 1, 300);
+      const started = rt.executions.start({ workflow: "One", execution_id: "d", input: 4 });
+      assert.deepEqual(await short, []); // its wait ran out while the commit was held
+      release();
+      await started;
+      let again;
+      for (let i = 0; i < 100 && !again; i++) [again] = await rt.workers.poll(session, 1, 100);
+      assert.equal(again?.execution_id, "d");
+      assert.equal(again?.redelivery, true);
+      assert.equal((await rt.workers.report(again!.token, { output: 4 })).accepted, true);
+      const events = await readRun(store, (await store.getExecution("d"))!.run_id);
+      assert.deepEqual(
+        events.filter((e) => e.type.startsWith("Step")).map((e) => e.type),
+        [
+          "StepScheduled",
+          "StepDispatched",
+          "StepAttemptUncertain",
+          "StepDispatched",
+          "StepSucceeded",
+        ],
+      );
+    } finally {
+      await rt.stop();
+    }
+  },
+});
