@@ -105,7 +105,7 @@ export class StandbyNode implements ClusterView {
     log.cluster.info("cluster: leader is serving", {
       node_id: this.opts.nodeId,
       term,
-      active_executions: rt.executions.active.size,
+      active_executions: rt.executions.heldCount,
       recovery_ms: Math.round(performance.now() - started),
     });
   }

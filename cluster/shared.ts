@@ -199,7 +199,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       log.shared.warn("cannot read the cluster's nodes", { error: (e as Error).message });
     }
     return {
-      owned_executions: this.#rt?.executions.active.size ?? 0,
+      owned_executions: this.#rt?.executions.heldCount ?? 0,
       tasks_claimed: this.#workers?.tasksClaimed ?? 0,
       nodes,
     };
@@ -344,7 +344,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#resumed = true;
     log.shared.info("shared: node is serving", {
       node_id: this.opts.nodeId,
-      resumed: this.#rt!.executions.active.size,
+      resumed: this.#rt!.executions.heldCount,
     });
     this.drain();
   }
@@ -403,7 +403,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     >(q.TASKS_OF, [ids]);
     const orphans: string[] = [];
     for (const id of ids) {
-      const st = ex.active.get(id)?.state;
+      const st = ex.stateOf(id);
       if (st) { for (const { token } of liveTokens(st)) orphans.push(token); }
     }
     const live = new Set(orphans);
@@ -476,7 +476,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     if (rows.length === 0) {
       // Another process joined under this id after this one was silent past the node timeout.
       this.#stopped = true;
-      for (const id of [...this.#rt!.executions.active.keys()]) this.#rt!.executions.drop(id);
+      for (const id of this.#rt!.executions.heldIds()) this.#rt!.executions.drop(id);
       const msg = `node id \`${this.opts.nodeId}\` was taken by another process while this ` +
         "one was not heartbeating; this server stops serving";
       log.shared.error(`shared: ${msg}`, { node_id: this.opts.nodeId });
@@ -499,7 +499,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /** After a silence: drop what this node no longer owns (at the epoch it holds). */
   async #reconcile(): Promise<void> {
     const ex = this.#rt!.executions;
-    const ids = [...ex.active.keys()];
+    const ids = ex.heldIds();
     if (ids.length === 0) return;
     const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(q.OWNED_AMONG, [
       this.opts.nodeId,
@@ -510,7 +510,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     for (const id of ids) {
       const held = this.epochs.get(id);
       if (owned.has(id) && owned.get(id) === held) continue;
-      const last = ex.active.get(id)?.state;
+      const last = ex.stateOf(id);
       ex.drop(id);
       if (last) this.#workers?.dropped(last);
       dropped++;
@@ -652,7 +652,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
         return;
       }
-      if (!ex.active.has(e.execution_id)) {
+      if (!ex.holds(e.execution_id)) {
         // Owned here (the inbox join says so) but not loaded: load it first.
         const [o] = await this.#sql("hb")<{ node_id: string; epoch: number }>(q.OWNER_OF, [
           e.execution_id,
@@ -666,7 +666,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       // `redelivery: false`, so the offer is refused (the worker hears cancel) and the current
       // unit's row goes out with the flag the dispatch records.
       if (cmd.type === "dispatch" && e.payload.unit !== undefined) {
-        const s = ex.active.get(e.execution_id)?.state;
+        const s = ex.stateOf(e.execution_id);
         const st = s?.steps[cmd.step];
         if (s && st && unitOf(s, st) !== String(e.payload.unit)) {
           await this.#sql("hb")(q.CANCEL_TASK, [cmd.token]);
@@ -814,7 +814,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     );
     if (!o) return null;
     if (o.node_id === this.opts.nodeId) {
-      if (!ex.active.has(id)) {
+      if (!ex.holds(id)) {
         this.epochs.set(id, Number(o.epoch));
         await ex.load([id]);
       }

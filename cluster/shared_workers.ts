@@ -334,7 +334,7 @@ export class SharedWorkers implements WorkerService {
 
   /** Runs an uncertain command on the execution's owner, here or through its inbox. */
   #onOwner(id: string, cmd: { type: "uncertain"; token: string; reason: string }): void {
-    if (this.executions.active.has(id)) {
+    if (this.executions.holds(id)) {
       this.executions.uncertain(id, cmd.token, cmd.reason);
     } else if (this.executions.remote) {
       this.executions.remote.forward(id, cmd).catch((e) =>
@@ -359,7 +359,7 @@ export class SharedWorkers implements WorkerService {
       );
       for (const t of unknown) {
         const id = executionOfToken(t);
-        const st = id ? this.executions.active.get(id)?.state : undefined;
+        const st = id ? this.executions.stateOf(id) : undefined;
         if (!known.has(t) && !(st && stepOfToken(st, t))) cancel.add(t);
       }
     }
@@ -395,10 +395,10 @@ export class SharedWorkers implements WorkerService {
     signal?: AbortSignal,
   ): Promise<{ accepted: boolean; tasks: TaskPayload[] }> {
     const id = executionOfToken(token);
-    const a = id ? this.executions.active.get(id) : undefined;
+    const a = id ? this.executions.stateOf(id) : undefined;
     // The dispatch of this token may still be in this node's inbox (a fast worker reported
     // before the owner recorded it): apply the inbox first, in order.
-    if (id && a && !stepOfToken(a.state, token)) await this.opts.drainInbox(id);
+    if (id && a && !stepOfToken(a, token)) await this.opts.drainInbox(id);
     // Eager dispatch, as on one server: when this node owns the execution and the worker
     // named its session, a step the result makes ready is dispatched to it in the same
     // append (its task row is written claimed). Only a step that was not queued before: a
@@ -438,7 +438,7 @@ export class SharedWorkers implements WorkerService {
     let taken: { step: string; token: string } | null = null;
     return {
       follow: (state) => {
-        const pre = this.executions.active.get(id)?.state;
+        const pre = this.executions.stateOf(id);
         const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
         const st = queuedSteps(state).find((st) =>
           !wasQueued.has(st.id) &&

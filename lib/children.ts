@@ -62,10 +62,11 @@ export class Children implements ExecutionObserver {
 
   /** After recovery: cancel running children whose parent no longer waits for them. */
   afterRecovery(): void {
-    for (const [id, a] of this.executions.active) {
-      const parentId = a.state.parent_id;
+    for (const s of [...this.executions.heldStates()]) {
+      const id = s.execution_id;
+      const parentId = s.parent_id;
       if (parentId === null) continue;
-      const parent = this.executions.active.get(parentId)?.state;
+      const parent = this.executions.stateOf(parentId);
       const waits = parent &&
         Object.values(parent.steps).some((st) =>
           st.kind === "child" && isOpenStatus(st.status) && st.child?.execution_id === id
@@ -93,7 +94,7 @@ export class Children implements ExecutionObserver {
     childId: string,
     r: { run_id: string; status: ExecutionRow["status"]; output: unknown; error: unknown },
   ): void {
-    const parent = this.executions.active.get(parentId)?.state;
+    const parent = this.executions.stateOf(parentId);
     const st = parent &&
       Object.values(parent.steps).find((x) =>
         x.kind === "child" && isOpenStatus(x.status) && x.child?.execution_id === childId
@@ -176,7 +177,7 @@ export class Children implements ExecutionObserver {
         this.#deliver(parentId, row.execution_id, row);
       }
       // The parent may have stopped waiting while the child started.
-      const now = this.executions.active.get(parentId)?.state.steps[st.id];
+      const now = this.executions.stateOf(parentId)?.steps[st.id];
       if (!now || !isOpenStatus(now.status)) this.#cancel(row.execution_id, parentId);
     })().catch((e) => {
       log.engine.error("cannot start a child execution; retrying", {
@@ -185,7 +186,7 @@ export class Children implements ExecutionObserver {
         error: (e as Error).message,
       });
       this.#later(() => {
-        const p = this.executions.active.get(parentId)?.state;
+        const p = this.executions.stateOf(parentId);
         const again = p?.steps[st.id];
         if (p && again && isOpenStatus(again.status)) this.#ensure(p, again);
       });

@@ -141,7 +141,8 @@ export function executionOfToken(token: string): string | null {
 }
 
 export class Executions {
-  readonly active = new Map<string, Active>();
+  /** The executions held in memory: only this class reads or changes the map. */
+  readonly #active = new Map<string, Active>();
   #chains = new Map<string, Promise<unknown>>();
   /** Waits on running executions; called with the closing row, or with nothing on release. */
   #waiters = new Map<string, Set<(row?: ExecutionRow | null) => void>>();
@@ -191,7 +192,7 @@ export class Executions {
 
   /** Running executions of this server: those held in memory and those left to the store. */
   get running(): number {
-    return this.active.size + this.#idle;
+    return this.#active.size + this.#idle;
   }
 
   /** Shared mode's ownership, or null on a single server and in standby mode. */
@@ -236,7 +237,7 @@ export class Executions {
    * go (timers, waiters stay to the database); nothing was written.
    */
   #fenced(id: string, e: FencedError): void {
-    const a = this.active.get(id);
+    const a = this.#active.get(id);
     if (!this.opts.ownership) return;
     log.engine.error("shared: dropped an execution another node took over", {
       execution_id: id,
@@ -248,9 +249,9 @@ export class Executions {
 
   /** Forgets an execution held in memory without touching the store (shared mode). */
   drop(id: string): void {
-    const a = this.active.get(id);
+    const a = this.#active.get(id);
     if (a) { for (const t of a.timers) clearTimeout(t); }
-    this.active.delete(id);
+    this.#active.delete(id);
     this.opts.ownership?.epochs.delete(id);
     const timer = this.#suspect.get(id);
     if (timer) clearTimeout(timer);
@@ -271,6 +272,31 @@ export class Executions {
       if (this.#chains.get(id) === tail) this.#chains.delete(id);
     });
     return next;
+  }
+
+  /** The state of an execution held in memory here, if it is. */
+  stateOf(id: string): ExecutionState | undefined {
+    return this.#active.get(id)?.state;
+  }
+
+  /** Whether the execution is held in memory here. */
+  holds(id: string): boolean {
+    return this.#active.has(id);
+  }
+
+  /** How many executions memory holds. */
+  get heldCount(): number {
+    return this.#active.size;
+  }
+
+  /** The ids of the executions memory holds (a copy). */
+  heldIds(): string[] {
+    return [...this.#active.keys()];
+  }
+
+  /** The states of the executions memory holds. */
+  *heldStates(): IterableIterator<ExecutionState> {
+    for (const a of this.#active.values()) yield a.state;
   }
 
   /** Adds an observer of committed changes. */
@@ -303,7 +329,7 @@ export class Executions {
       // Starting an existing id is a no-op that returns it. A running one is in memory; a
       // finished one is found by the insert itself (DuplicateExecutionError below), so a new
       // start costs no read — except at the limit, where an existing id still answers 200.
-      const a = this.active.get(id);
+      const a = this.#active.get(id);
       if (a) return { created: false, row: rowOf(a.state, this.clock.now()) };
       // Starts of other ids run at the same time: those still committing hold a slot too.
       const running = this.running + this.#starting;
@@ -323,16 +349,22 @@ export class Executions {
         const now = this.clock.now();
         // The first task goes to a poll waiting here in the start's own commit.
         let offer: StartOffer | null = null;
-        const d = await decide(def, null, {
-          type: "start",
-          execution_id: id,
-          run_id: this.clock.newId(),
-          input: req.input ?? null,
-          ...(link ?? {}),
-        }, { now, newId: this.clock.newId }, (st) => {
-          offer = this.observer?.offerFirst?.(st) ?? null;
-          return offer?.command ?? null;
-        });
+        const d = await decide(
+          def,
+          null,
+          {
+            type: "start",
+            execution_id: id,
+            run_id: this.clock.newId(),
+            input: req.input ?? null,
+            ...(link ?? {}),
+          },
+          { now, newId: this.clock.newId },
+          (st) => {
+            offer = this.observer?.offerFirst?.(st) ?? null;
+            return offer?.command ?? null;
+          },
+        );
         const taken = offer as StartOffer | null;
         if (taken && !d.followed) taken.release();
         const item = this.#item(null, d.state, d.events, now, true);
@@ -393,8 +425,8 @@ export class Executions {
   > {
     return this.serial(id, async () => {
       if (this.#suspect.has(id)) await this.#resync(id);
-      if (this.#lazy && !this.active.has(id)) await this.#loadOne(id);
-      const a = this.active.get(id);
+      if (this.#lazy && !this.#active.has(id)) await this.#loadOne(id);
+      const a = this.#active.get(id);
       if (!a) return null;
       const now = this.clock.now();
       const ctx = { now, newId: this.clock.newId };
@@ -510,7 +542,7 @@ export class Executions {
           r();
         }
       });
-      if (this.active.has(row.execution_id)) {
+      if (this.#active.has(row.execution_id)) {
         return await this.wait(row.execution_id, Math.max(0, end - this.clock.now()), signal);
       }
       row = (await this.store.getExecution(row.execution_id)) ?? row;
@@ -520,12 +552,12 @@ export class Executions {
 
   async wait(id: string, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
     // One that is not held may be running all the same (left to the store): load it.
-    const read = this.#lazy && !this.active.has(id)
+    const read = this.#lazy && !this.#active.has(id)
       ? await this.serial(id, () => this.#loadOne(id))
       : undefined;
     // A running execution is in memory here: no read before or after (its row when it closes
     // is the one just committed), which saves two queries per wait on the hot path.
-    if (!this.opts.readOnly && this.active.has(id)) {
+    if (!this.opts.readOnly && this.#active.has(id)) {
       const closed = await new Promise<ExecutionRow | null>((resolve) => {
         const set = this.#waiters.get(id) ?? new Set();
         this.#waiters.set(id, set);
@@ -542,10 +574,10 @@ export class Executions {
         signal?.addEventListener("abort", onAbort);
       });
       if (closed) return closed;
-      const a = this.active.get(id);
+      const a = this.#active.get(id);
       if (a) return rowOf(a.state, this.clock.now());
     }
-    const row = read !== undefined && !this.active.has(id)
+    const row = read !== undefined && !this.#active.has(id)
       ? read
       : await this.store.getExecution(id);
     if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
@@ -565,7 +597,7 @@ export class Executions {
     let inFlight = 0;
     for (const id of ids) {
       await this.serial(id, async () => {
-        if (this.active.has(id)) return;
+        if (this.#active.has(id)) return;
         await this.#loadOne(id, (state) => {
           executions++;
           inFlight += inFlightCount(state);
@@ -585,10 +617,10 @@ export class Executions {
     id: string,
     loaded?: (state: ExecutionState) => void,
   ): Promise<ExecutionRow | null | undefined> {
-    if (this.active.has(id)) return undefined;
+    if (this.#active.has(id)) return undefined;
     const row = await this.store.getExecution(id);
     if (!row || (row.status !== "running" && row.status !== "continued")) return row;
-    if (this.active.has(id)) return undefined;
+    if (this.#active.has(id)) return undefined;
     const def = await this.defs.get(row.workflow, row.version);
     if (!def) {
       log.engine.error("cannot load execution: its definition is missing", {
@@ -599,7 +631,7 @@ export class Executions {
       return row;
     }
     const state = replay(await readRun(this.store, row.run_id));
-    if (this.active.has(id)) return undefined;
+    if (this.#active.has(id)) return undefined;
     loaded?.(state);
     if (this.#lazy && row.status === "running" && this.#idle > 0) this.#idle--;
     this.#install(id, null, state, def, []);
@@ -633,14 +665,14 @@ export class Executions {
     }
     await this.#recoverContinued();
     if (lazy) {
-      this.#idle = Math.max(0, (await this.store.countRunning()) - this.active.size);
+      this.#idle = Math.max(0, (await this.store.countRunning()) - this.#active.size);
       this.#wakePoll = setInterval(() => {
         this.#pollWakeups();
         this.#sweep();
       }, WAKE_POLL_MS);
       this.#scheduleSweep();
     }
-    return { executions: this.active.size, in_flight: inFlight };
+    return { executions: this.#active.size, in_flight: inFlight };
   }
 
   /**
@@ -657,7 +689,7 @@ export class Executions {
         const page: WakingRow[] = await this.store.listWaking(before, after, 1000);
         for (const w of page) {
           if (this.#stopped) return;
-          if (this.active.has(w.execution_id)) continue;
+          if (this.#active.has(w.execution_id)) continue;
           await this.serial(w.execution_id, () => this.#loadOne(w.execution_id));
         }
         if (page.length < 1000) break;
@@ -687,15 +719,15 @@ export class Executions {
   #sweep(): void {
     this.#sweepQueued = false;
     const cap = this.opts.cacheExecutions ?? null;
-    if (cap === null || !this.#lazy || this.#stopped || this.active.size <= cap) return;
-    let over = this.active.size - Math.floor(cap * 0.9);
+    if (cap === null || !this.#lazy || this.#stopped || this.#active.size <= cap) return;
+    let over = this.#active.size - Math.floor(cap * 0.9);
     const now = this.clock.now();
-    for (const [id, a] of this.active) {
+    for (const [id, a] of this.#active) {
       if (over <= 0) break;
       if (this.#chains.has(id) || this.#waiters.has(id) || this.#suspect.has(id)) continue;
       if (!evictable(a.state, now)) continue;
       for (const t of a.timers) clearTimeout(t);
-      this.active.delete(id);
+      this.#active.delete(id);
       this.#idle++;
       over--;
     }
@@ -759,7 +791,7 @@ export class Executions {
     this.#stopped = true;
     clearInterval(this.#wakePoll);
     for (const t of this.#suspect.values()) if (t) clearTimeout(t);
-    for (const a of this.active.values()) for (const t of a.timers) clearTimeout(t);
+    for (const a of this.#active.values()) for (const t of a.timers) clearTimeout(t);
     for (const set of this.#waiters.values()) for (const w of [...set]) w();
   }
 
@@ -790,11 +822,11 @@ export class Executions {
   async #adopt(id: string): Promise<ExecutionRow | null> {
     // With a bounded cache a running execution may be left to the store: its row answers,
     // unless a failed commit may have put memory behind the history.
-    if (this.#lazy && !this.active.has(id) && !this.#suspect.has(id)) {
+    if (this.#lazy && !this.#active.has(id) && !this.#suspect.has(id)) {
       return await this.store.getExecution(id);
     }
-    if (!this.active.has(id)) await this.#resync(id);
-    const a = this.active.get(id);
+    if (!this.#active.has(id)) await this.#resync(id);
+    const a = this.#active.get(id);
     if (a) return rowOf(a.state, this.clock.now());
     return await this.store.getExecution(id);
   }
@@ -830,7 +862,7 @@ export class Executions {
    */
   async #resync(id: string): Promise<void> {
     const row = await this.store.getExecution(id);
-    const a = this.active.get(id);
+    const a = this.#active.get(id);
     const timer = this.#suspect.get(id);
     if (timer) clearTimeout(timer);
     this.#suspect.delete(id);
@@ -893,10 +925,10 @@ export class Executions {
     def: WorkflowDoc,
     events: readonly HistoryEvent[],
   ): void {
-    const old = this.active.get(id);
+    const old = this.#active.get(id);
     if (old) { for (const t of old.timers) clearTimeout(t); }
     if (next.phase === "closed") {
-      this.active.delete(id);
+      this.#active.delete(id);
       if (next.status !== "continued") this.opts.ownership?.epochs.delete(id);
       this.metrics.executionsClosed.inc({ status: next.status });
       log.engine.info(`execution ${next.status}`, { execution_id: id });
@@ -907,10 +939,10 @@ export class Executions {
     } else {
       const entry: Active = { state: next, def, timers: [] };
       // Map order is the order of change: the sweep lets the least recently changed go first.
-      this.active.delete(id);
-      this.active.set(id, entry);
+      this.#active.delete(id);
+      this.#active.set(id, entry);
       const cap = this.opts.cacheExecutions ?? null;
-      if (cap !== null && this.active.size > cap) this.#scheduleSweep();
+      if (cap !== null && this.#active.size > cap) this.#scheduleSweep();
       if (!this.#stopped) {
         for (const w of wakeups(next)) entry.timers.push(this.#arm(id, w.at, w.cmd));
       }
@@ -925,7 +957,7 @@ export class Executions {
       if (this.#stopped) return;
       if (at > this.clock.now()) {
         // Clock skew or a delay beyond setTimeout's range: look again later.
-        const entry = this.active.get(id);
+        const entry = this.#active.get(id);
         entry?.timers.push(this.#arm(id, at, cmd));
         return;
       }
@@ -935,7 +967,7 @@ export class Executions {
           command: cmd.type,
           error: (e as Error).message,
         });
-        const entry = this.active.get(id);
+        const entry = this.#active.get(id);
         entry?.timers.push(this.#arm(id, this.clock.now() + 1000, cmd));
       });
     }, delay);

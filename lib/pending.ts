@@ -130,7 +130,7 @@ export class Pending implements ExecutionObserver {
   async of(id: string): Promise<PendingAnswer> {
     const rt = this.rt;
     const now = rt.clock.now();
-    const live = rt.executions.active.get(id)?.state;
+    const live = rt.executions.stateOf(id);
     let state: ExecutionState;
     let events: HistoryEvent[];
     if (live) {
@@ -368,9 +368,9 @@ export class Pending implements ExecutionObserver {
   /** Attempts queued for a task across the executions this server runs. */
   #queueDepth(task: string, contract: string): number {
     let n = 0;
-    for (const a of this.rt.executions.active.values()) {
-      if (a.state.phase === "closed") continue;
-      for (const st of Object.values(a.state.steps)) {
+    for (const s of this.rt.executions.heldStates()) {
+      if (s.phase === "closed") continue;
+      for (const st of Object.values(s.steps)) {
         if (
           st.kind === "task" && st.status === "scheduled" && st.task === task &&
           st.contract === contract
@@ -393,8 +393,8 @@ export class Pending implements ExecutionObserver {
       timeout_at_ms: timerOf(s, st.id, "timeout"),
     };
     if (st.child_run_id !== undefined) {
-      const a = this.rt.executions.active.get(spec.execution_id);
-      const status = a ? a.state.status : (await this.rt.store.getExecution(spec.execution_id))
+      const held = this.rt.executions.stateOf(spec.execution_id);
+      const status = held ? held.status : (await this.rt.store.getExecution(spec.execution_id))
         ?.status ?? null;
       return {
         kind: "child",
@@ -407,7 +407,7 @@ export class Pending implements ExecutionObserver {
       };
     }
     const max = this.rt.opts.maxActiveExecutions;
-    const active = this.rt.executions.active.size;
+    const active = this.rt.executions.heldCount;
     if (max !== null && active >= max) {
       return {
         kind: "child",

@@ -191,7 +191,7 @@ export class Runtime {
   renderMetrics(): string {
     return this.metrics.render({
       orbit_active_executions: this.executions.running,
-      orbit_cached_executions: this.executions.active.size,
+      orbit_cached_executions: this.executions.heldCount,
       orbit_worker_sessions: this.workers.sessions.size,
     });
   }

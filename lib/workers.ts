@@ -404,7 +404,7 @@ export class Workers implements WorkerService {
       if (!q) continue;
       for (let i = 0; i < q.length && out.length < max;) {
         const item = q[i]!;
-        const st = this.executions.active.get(item.execution_id)?.state.steps[item.step];
+        const st = this.executions.stateOf(item.execution_id)?.steps[item.step];
         if (!st || st.status !== "scheduled" || st.attempt !== item.attempt) {
           q.splice(i, 1);
           this.#queued.delete(queuedId(item));
@@ -546,7 +546,7 @@ export class Workers implements WorkerService {
 
   #requeue(items: Queued[]): void {
     for (const q of items) {
-      const st = this.executions.active.get(q.execution_id)?.state.steps[q.step];
+      const st = this.executions.stateOf(q.execution_id)?.steps[q.step];
       if (!st || st.status !== "scheduled" || st.attempt !== q.attempt) continue;
       const k = key(st.task, st.contract);
       if (this.#queued.has(queuedId(q))) continue;

@@ -127,7 +127,7 @@ export function workerAuth(
   const ownTokens = (me: WorkerIdentity, tokens: readonly string[]) => {
     for (const token of tokens) {
       const id = executionOfToken(token);
-      const state = id === null ? undefined : rt.executions.active.get(id)?.state;
+      const state = id === null ? undefined : rt.executions.stateOf(id);
       const step = state ? stepOfToken(state, token) : undefined;
       if (!step) continue;
       if (step.tokens[token]!.worker_id !== me.worker_id) {

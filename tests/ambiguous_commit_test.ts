@@ -123,7 +123,7 @@ async function run(target: StoreTarget, o: RunOptions): Promise<void> {
             ]),
           ),
         );
-        console.error(JSON.stringify(rt.executions.active.get(row.execution_id)?.state.steps));
+        console.error(JSON.stringify(rt.executions.stateOf(row.execution_id)?.steps));
       }
       assert.equal(row.status, "completed", `${label}: ${row.execution_id} is ${row.status}`);
       assert.equal(row.output, 4, `${label}: ${row.execution_id} output`);
@@ -137,7 +137,7 @@ async function run(target: StoreTarget, o: RunOptions): Promise<void> {
       );
       assert.deepEqual(succeeded, ["one", "two", "three"], `${label}: ${id} StepSucceeded`);
       assert.equal(replay(events).status, "completed");
-      assert.equal(rt.executions.active.has(id), false, `${label}: ${id} still in memory`);
+      assert.equal(rt.executions.holds(id), false, `${label}: ${id} still in memory`);
     }
     assert.ok(store.injected.after + store.injected.before > 0, `${label}: no fault injected`);
   } finally {

@@ -39,7 +39,7 @@ testEachStore(
       }], { signals: { go: {} } }));
       await rt.definitions.deploy(wf("Parent", [{ id: "kid", child: { workflow: "Hold" } }]));
       await rt.executions.start({ workflow: "Parent", execution_id: "p-1" });
-      await waitFor(() => rt.executions.active.has("p-1.kid"), "the child to start");
+      await waitFor(() => rt.executions.holds("p-1.kid"), "the child to start");
       // The delivery is lost (as in a crash right after the child's last commit).
       rt.children.stop();
       await sendSignal(rt.executions, "p-1.kid", "go", "payload");
