@@ -21,6 +21,8 @@ export async function startBenchServers(o: {
   denoArgs?: string[];
   /** 0: a single server (no --cluster); N: N shared servers. */
   shared: number;
+  /** Shared mode: behind the round-robin proxy (default), or clients on the first server. */
+  proxy?: boolean;
 }): Promise<BenchServers> {
   if (o.shared <= 0) {
     const server = await startServer({
@@ -30,6 +32,7 @@ export async function startBenchServers(o: {
     });
     return { url: server.url, servers: [server], kill: async (s) => void await server.kill(s) };
   }
+  o.proxy ??= true;
   const servers = await Promise.all(
     Array.from({ length: o.shared }, async (_, i) => {
       const server = await startServer({
@@ -48,6 +51,15 @@ export async function startBenchServers(o: {
       return server;
     }),
   );
+  if (!o.proxy) {
+    return {
+      url: servers[0]!.url,
+      servers,
+      kill: async (s) => {
+        for (const server of servers) await server.kill(s);
+      },
+    };
+  }
   const proxy: ReadyProxy = startReadyProxy(servers.map((s) => s.url));
   await proxy.waitReady(servers.length, 30_000);
   return {

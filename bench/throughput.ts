@@ -7,6 +7,7 @@
  *   deno task bench [--orders 600] [--clients 64] [--workers 1] [--store sqlite|postgres|both]
  *   deno task bench --python-workers 1 --ts-workers 1   (the reference page's worker shape)
  *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
+ *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
  *
  * Prints orders per second, p50/p99 latency (start request to observed completion), the
  * server's peak resident memory (VmHWM), and what an order costs: CPU milliseconds per order
@@ -40,6 +41,8 @@ const { values } = parseArgs({
     // Shared mode: N servers on one PostgreSQL database behind a round-robin proxy.
     cluster: { type: "string", default: "" },
     servers: { type: "string", default: "1" },
+    // Shared mode without the proxy: clients and workers talk to the first server.
+    "no-proxy": { type: "boolean", default: false },
   },
 });
 const SHARED = values.cluster === "shared" ? Number(values.servers) : 0;
@@ -221,6 +224,7 @@ async function bench(store: "sqlite" | "postgres") {
     db,
     args: extra,
     shared: SHARED,
+    proxy: !values["no-proxy"],
     ...(prof ? { denoArgs: ["--cpu-prof", `--cpu-prof-dir=${prof}`] } : {}),
   });
   // The first server stands for all in what is measured per process (main thread, RSS);
@@ -312,7 +316,11 @@ async function bench(store: "sqlite" | "postgres") {
     latencies.sort((a, b) => a - b);
     const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
     return {
-      store: SHARED > 0 ? `${store}, ${SHARED} shared server${SHARED > 1 ? "s" : ""}` : store,
+      store: SHARED > 0
+        ? `${store}, ${SHARED} shared server${SHARED > 1 ? "s" : ""}${
+          values["no-proxy"] ? " (no proxy)" : ""
+        }`
+        : store,
       orders: ORDERS,
       clients: CLIENTS,
       ts_workers: workers.length,
