@@ -27,7 +27,7 @@ import type postgres from "postgres";
 import type { ErrorInfo, HistoryEvent } from "../lib/engine/events.ts";
 import type { Command } from "../lib/engine/decide.ts";
 import { type ExecutionState, liveTokens, queuedSteps, stepOfToken } from "../lib/engine/state.ts";
-import { executionOfToken, type Executions } from "../lib/executions.ts";
+import { executionOfToken, type Executions, type StartOffer } from "../lib/executions.ts";
 import { notFound } from "../lib/errors.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import { log } from "../lib/log.ts";
@@ -93,6 +93,10 @@ export class SharedWorkers implements WorkerService {
   tasksClaimed = 0;
   #contacts = new Map<string, number>();
   #wakers = new Set<() => void>();
+  /** Polls waiting here, for a new execution's first task (offerFirst). */
+  #waiting = new Set<
+    { s: Session; deliver: (tasks: TaskPayload[]) => boolean; wake: () => void }
+  >();
   /** Live attempts of executions owned here: token → session. */
   #held = new Map<string, { execution_id: string; session: string; worker_id: string }>();
   /** Attempts taken over from a dead node: token → when to redeliver if nothing arrived. */
@@ -131,6 +135,51 @@ export class SharedWorkers implements WorkerService {
   /** NOTIFY orbit_tasks (or a local enqueue): waiting polls look again. */
   wake(): void {
     for (const w of [...this.#wakers]) w();
+  }
+
+  /**
+   * A new execution's first task for a poll waiting here, dispatched in the start's commit
+   * (its row written claimed, as for a result's eager dispatch): no claim statement and no
+   * second commit. The poll is set aside (no wake-up reaches it) until the commit answers.
+   */
+  offerFirst(state: ExecutionState): StartOffer | null {
+    if (this.#waiting.size === 0) return null;
+    for (const st of queuedSteps(state)) {
+      for (const w of this.#waiting) {
+        const fits = w.s.tasks.some((reg) =>
+          reg.name === st.task && reg.contract === st.contract &&
+          languageFits(st.language, reg, w.s)
+        );
+        if (!fits) continue;
+        this.#waiting.delete(w);
+        this.#wakers.delete(w.wake);
+        const token = `${state.execution_id}/${this.opts.newId()}`;
+        return {
+          command: {
+            type: "dispatch",
+            step: st.id,
+            token,
+            worker_id: w.s.worker_id,
+            worker_session: w.s.session_id,
+          },
+          deliver: (next) => {
+            const task = payload(next, st.id, token);
+            this.tasksClaimed++;
+            this.metrics.tasksDispatched.inc();
+            // The poll ended meanwhile (its wait ran out, its request closed): redelivered.
+            if (!w.deliver([task])) {
+              this.executions.uncertain(
+                state.execution_id,
+                token,
+                `the request of worker \`${w.s.worker_id}\` closed before the task was delivered`,
+              );
+            }
+          },
+          release: () => w.wake(),
+        };
+      }
+    }
+    return null;
   }
 
   /** Attempts of executions just taken over: redelivered after a session timeout. */
@@ -214,17 +263,34 @@ export class SharedWorkers implements WorkerService {
         if (tasks.length > 0 || signal?.aborted) return this.#delivered(s, tasks, signal);
         const left = end - this.opts.now();
         if (left <= 0 || this.#stopped || !this.sessions.has(s.session_id)) return [];
+        let given: TaskPayload[] | null = null;
         await new Promise<void>((resolve) => {
+          let finished = false;
+          const entry = {
+            s,
+            deliver: (tasks: TaskPayload[]) => {
+              if (finished) return false;
+              given = tasks;
+              done();
+              return true;
+            },
+            wake: () => {},
+          };
           const done = () => {
+            finished = true;
             clearTimeout(timer);
             this.#wakers.delete(done);
+            this.#waiting.delete(entry);
             signal?.removeEventListener("abort", done);
             resolve();
           };
+          entry.wake = done; // the same function as in #wakers, so that an offer can unhook it
           const timer = setTimeout(done, Math.min(POLL_RECHECK_MS, left));
           this.#wakers.add(done);
+          this.#waiting.add(entry);
           signal?.addEventListener("abort", done);
         });
+        if (given) return this.#delivered(s, given, signal);
       }
     } finally {
       s.polling--;

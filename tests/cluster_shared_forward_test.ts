@@ -12,9 +12,10 @@
  *   after 12 s, so a retry signalled twice.
  */
 import assert from "node:assert/strict";
-import { api } from "./support/server.ts";
+import postgres from "postgres";
+import { api, waitFor } from "./support/server.ts";
 import { sharedPostgres } from "./support/pg.ts";
-import { type SharedCluster, startSharedCluster } from "./support/shared_cluster.ts";
+import { metricValue, type SharedCluster, startSharedCluster } from "./support/shared_cluster.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 
@@ -169,5 +170,63 @@ Deno.test({
       assert.ok(["cancelled", "running"].includes(cancel.body.status), cancel.body.status);
       const w2 = await b.get("/v1/executions/big-2/wait?timeout_s=10");
       assert.equal(w2.body.status, "cancelled");
+    }),
+});
+
+Deno.test({
+  ...T,
+  name: "shared: a start hands its first task to a poll waiting on its server in its own commit",
+  fn: () =>
+    withTwo(async (c) => {
+      const [owner] = c.nodes as [typeof c.nodes[0]];
+      const a = api(owner.url);
+      assert.equal((await a.post("/v1/workflows", TWO_STEPS)).status, 201);
+      const reg = await a.post("/v1/workers/register", {
+        worker_id: "first-worker",
+        runtime: "typescript",
+        tasks: [{ name: "t.fwd", contract: "1" }],
+        concurrency: 1,
+      });
+      const session = reg.body.session_id as string;
+      const sql = postgres(c.db, { max: 1, onnotice: () => {} });
+      try {
+        const commits = async () =>
+          metricValue(
+            await (await fetch(`${owner.url}/v1/metrics`)).text(),
+            "orbit_commits_total",
+          );
+        await waitFor(async () => (await owner.health()).worker_sessions === 1, "the session");
+        // A poll waits (nothing is queued) and a start hands it the first task. Whether the
+        // poll is already waiting cannot be seen from outside: it gets a moment, and a start
+        // that came first (claimed, two commits) is done and tried again.
+        let handed = 0;
+        for (let i = 1; i <= 5 && handed === 0; i++) {
+          const id = `first-${i}`;
+          const polled = a.post("/v1/workers/poll", { session_id: session, wait_s: 20 });
+          await new Promise((r) => setTimeout(r, 100 * i));
+          const before = await commits();
+          await start(owner.url, { workflow: "TwoSteps", execution_id: id, input: i });
+          const r = await polled;
+          assert.equal(r.status, 200, JSON.stringify(r.body));
+          const [task] = r.body.tasks;
+          assert.equal(task.execution_id, id);
+          assert.equal(task.step, "a");
+          const rows = await sql`SELECT state, session_id, token FROM orbit_tasks
+            WHERE execution_id = ${id}`;
+          assert.deepEqual(rows.map((x) => ({ ...x })), [
+            { state: "claimed", session_id: session, token: task.token },
+          ]);
+          const dispatched = (await historyOf(owner.url, id)).filter((e) =>
+            e.type === "StepDispatched"
+          );
+          assert.equal(dispatched.length, 1);
+          assert.equal(dispatched[0].token, task.token);
+          // One commit holds the start and the dispatch (a claim takes a second one).
+          if (await commits() - before === 1) handed++;
+        }
+        assert.equal(handed, 1, "no start handed its first task to the waiting poll");
+      } finally {
+        await sql.end();
+      }
     }),
 });
