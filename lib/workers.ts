@@ -1,48 +1,39 @@
 /**
- * Worker sessions, long polls and the task queue (SPEC §4).
+ * The worker dispatcher of a single server (SPEC §4): long polls and their waiters, dispatch,
+ * eager dispatch (of a result's next step, of a start's first task), and redelivery, composed
+ * from the session store (./worker_sessions.ts) and the task queue (./task_queue.ts).
  *
- * The queue is derived from execution state: a step whose status is `scheduled` is queued.
- * `installed()` (called after every committed change) adds new ones and wakes waiting polls at
- * once; a poll takes tasks synchronously (so two polls never take the same one) and then
- * commits a StepDispatched for each, in one batch, before answering.
+ * `installed()` (called after every committed change) queues new steps and wakes waiting
+ * polls at once; a poll takes tasks synchronously (so two polls never take the same one) and
+ * then commits a StepDispatched for each, in one batch, before answering.
  *
- * Sessions live in memory. A session expires one --session-timeout after its last contact (a
- * poll in progress counts as contact); its attempts become StepAttemptUncertain and are queued
- * again with the same idempotency key. Attempts recovered from history whose worker has not
- * been heard of ("orphans") get the same treatment one session timeout after the start, unless
- * a heartbeat of a new session names their token first.
+ * The attempts of a session that expires or unregisters become StepAttemptUncertain and are
+ * queued again with the same idempotency key; so do orphans (attempts recovered from history
+ * that no worker reported within a session timeout) and attempts a live worker leaves out of
+ * its heartbeats for a session timeout.
  */
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
 import type { Command } from "./engine/decide.ts";
-import { type ExecutionState, liveTokens, queuedSteps } from "./engine/state.ts";
+import { type ExecutionState, queuedSteps } from "./engine/state.ts";
 import type { ExecutionObserver, Executions, StartOffer } from "./executions.ts";
 import { executionOfToken } from "./executions.ts";
-import { notFound } from "./errors.ts";
 import type { Metrics } from "./metrics.ts";
 import { log } from "./log.ts";
+import {
+  languageFits,
+  type Session,
+  type SessionRegistration,
+  type SweepHandlers,
+  WorkerSessions,
+} from "./worker_sessions.ts";
+import { MemoryTaskQueue, type QueuedTask, type TaskQueue } from "./task_queue.ts";
 
-export interface TaskRegistration {
-  name: string;
-  contract: string;
-  language?: string | undefined;
-}
-
-export interface Session {
-  session_id: string;
-  worker_id: string;
-  runtime: string;
-  tasks: TaskRegistration[];
-  concurrency: number;
-  created_ms: number;
-  last_contact_ms: number;
-  polling: number;
-  tokens: Set<string>;
-  cancel: Set<string>;
-  told: Set<string>;
-}
-
-/** What an owner needs of a worker's session to dispatch a task to it. */
-export type EagerSession = Pick<Session, "session_id" | "worker_id" | "runtime" | "tasks">;
+export {
+  type EagerSession,
+  languageFits,
+  type Session,
+  type TaskRegistration,
+} from "./worker_sessions.ts";
 
 export interface TaskPayload {
   token: string;
@@ -57,26 +48,15 @@ export interface TaskPayload {
   deadline_ms: number | null;
 }
 
-interface Queued {
-  execution_id: string;
-  step: string;
-  attempt: number;
-  language: string | null;
-}
-
-const queuedId = (q: Queued) => `${q.execution_id}\u0000${q.step}\u0000${q.attempt}`;
-
 interface Waiter {
   session: Session;
   max: number;
-  resolve: (picked: Queued[]) => void;
+  resolve: (picked: QueuedTask[]) => void;
   /** Answers tasks dispatched for it already (a new execution's first task); false if gone. */
   deliver: (tasks: TaskPayload[]) => boolean;
   /** The poll has answered (its wait ran out, its request closed, it got tasks). */
   done: boolean;
 }
-
-const key = (task: string, contract: string) => `${task}\u0000${contract}`;
 
 /**
  * What the routes use of a worker service: this module's in-memory one on a single server
@@ -108,24 +88,46 @@ export interface WorkerService extends ExecutionObserver {
 }
 
 export class Workers implements WorkerService {
-  readonly sessions = new Map<string, Session>();
-  #queue = new Map<string, Queued[]>();
-  #queued = new Set<string>();
+  /** The sessions of the session store (the same map). */
+  readonly sessions: Map<string, Session>;
+  #sessions: WorkerSessions;
+  #queue: TaskQueue;
   #waiters: Waiter[] = [];
-  #tokenSession = new Map<string, string>();
-  #orphans = new Map<string, number>();
-  /**
-   * Live attempts of live sessions: when the worker last had it (its dispatch, or a heartbeat
-   * listing it), and whether a heartbeat since then left it out (`doubted`: reported once).
-   */
-  #confirmed = new Map<string, { at: number; missed: boolean; doubted: boolean }>();
   #sweeper: ReturnType<typeof setInterval> | undefined;
+  /** What the sweep found due, redelivered. */
+  #due: SweepHandlers = {
+    expired: (s) => {
+      this.#loseAttempts(s, `worker \`${s.worker_id}\` stopped responding`);
+    },
+    unlisted: (s, token) => {
+      const id = executionOfToken(token);
+      if (!id) return;
+      this.executions.uncertain(
+        id,
+        token,
+        `worker \`${s.worker_id}\` does not list the attempt in its heartbeats`,
+      );
+    },
+    orphaned: (token) => {
+      const id = executionOfToken(token);
+      if (!id) return;
+      this.executions.uncertain(
+        id,
+        token,
+        "no worker reported the attempt within --session-timeout after this server started",
+      );
+    },
+  };
 
   constructor(
     readonly executions: Executions,
     readonly metrics: Metrics,
     readonly opts: { sessionTimeoutMs: number; now: () => number; newId: () => string },
+    parts: { sessions?: WorkerSessions; queue?: TaskQueue } = {},
   ) {
+    this.#sessions = parts.sessions ?? new WorkerSessions(opts);
+    this.sessions = this.#sessions.sessions;
+    this.#queue = parts.queue ?? new MemoryTaskQueue(executions);
     executions.observer = this;
   }
 
@@ -138,42 +140,8 @@ export class Workers implements WorkerService {
     for (const w of this.#waiters.splice(0)) w.resolve([]);
   }
 
-  register(
-    r: Omit<
-      Session,
-      "session_id" | "created_ms" | "last_contact_ms" | "polling" | "tokens" | "cancel" | "told"
-    >,
-  ): string {
-    const now = this.opts.now();
-    const s: Session = {
-      ...r,
-      session_id: this.opts.newId(),
-      created_ms: now,
-      last_contact_ms: now,
-      polling: 0,
-      tokens: new Set(),
-      cancel: new Set(),
-      told: new Set(),
-    };
-    this.sessions.set(s.session_id, s);
-    log.engine.info("worker registered", {
-      worker_id: r.worker_id,
-      runtime: r.runtime,
-      tasks: r.tasks.length,
-    });
-    return s.session_id;
-  }
-
-  #session(id: string): Session {
-    const s = this.sessions.get(id);
-    if (!s) {
-      throw notFound(
-        "UNKNOWN_SESSION",
-        `worker session ${id} is unknown or expired; register again`,
-      );
-    }
-    s.last_contact_ms = this.opts.now();
-    return s;
+  register(r: SessionRegistration): string {
+    return this.#sessions.register(r);
   }
 
   async poll(
@@ -182,15 +150,15 @@ export class Workers implements WorkerService {
     waitMs: number,
     signal?: AbortSignal,
   ): Promise<TaskPayload[]> {
-    const s = this.#session(sessionId);
+    const s = this.#sessions.contact(sessionId);
     const started = performance.now();
     s.polling++;
     try {
       max = Math.max(1, Math.min(max, s.concurrency));
-      let picked: Queued[] | TaskPayload[] = this.#pick(s, max);
+      let picked: QueuedTask[] | TaskPayload[] = this.#queue.take(s, max);
       let given = false;
       if (picked.length === 0 && waitMs > 0 && !signal?.aborted) {
-        picked = await new Promise<Queued[] | TaskPayload[]>((resolve) => {
+        picked = await new Promise<QueuedTask[] | TaskPayload[]>((resolve) => {
           const w: Waiter = {
             session: s,
             max,
@@ -203,7 +171,7 @@ export class Workers implements WorkerService {
             },
             done: false,
           };
-          const finish = (p: Queued[] | TaskPayload[]) => {
+          const finish = (p: QueuedTask[] | TaskPayload[]) => {
             w.done = true;
             clearTimeout(timer);
             signal?.removeEventListener("abort", onAbort);
@@ -218,7 +186,7 @@ export class Workers implements WorkerService {
         });
       }
       if (given) return this.#delivered(s, picked as TaskPayload[], signal);
-      return await this.#dispatch(s, picked as Queued[], signal);
+      return await this.#dispatch(s, picked as QueuedTask[], signal);
     } finally {
       s.polling--;
       s.last_contact_ms = this.opts.now();
@@ -227,57 +195,17 @@ export class Workers implements WorkerService {
   }
 
   heartbeat(sessionId: string, tokens: string[]): string[] {
-    const s = this.#session(sessionId);
-    const cancel = new Set(s.cancel);
-    s.cancel.clear();
-    for (const t of tokens) {
-      if (
-        this.#orphans.delete(t) ||
-        (this.#tokenSession.has(t) && this.#tokenSession.get(t) !== s.session_id)
-      ) {
-        // A worker that registered again still runs this attempt: it now belongs to this session.
-        const old = this.sessions.get(this.#tokenSession.get(t) ?? "");
-        old?.tokens.delete(t);
-        this.#tokenSession.set(t, s.session_id);
-        s.tokens.add(t);
-      } else if (!this.#tokenSession.has(t) && !s.told.has(t)) {
-        cancel.add(t);
-      }
-    }
-    for (const t of cancel) s.told.add(t);
-    if (s.told.size > 10_000) s.told.clear();
-    const listed = new Set(tokens);
-    const now = this.opts.now();
-    for (const t of s.tokens) {
-      const c = this.#confirmed.get(t);
-      if (!c) continue;
-      if (listed.has(t)) {
-        c.at = now;
-        c.missed = false;
-      } else {
-        c.missed = true;
-      }
-    }
-    return [...cancel];
+    return this.#sessions.heartbeat(this.#sessions.contact(sessionId), tokens);
   }
 
   async unregister(sessionId: string): Promise<void> {
-    const s = this.#session(sessionId);
-    this.sessions.delete(sessionId);
+    const s = this.#sessions.contact(sessionId);
+    this.#sessions.remove(sessionId);
     await this.#loseAttempts(s, `worker \`${s.worker_id}\` unregistered while holding the attempt`);
   }
 
   list() {
-    return [...this.sessions.values()].map((s) => ({
-      session_id: s.session_id,
-      worker_id: s.worker_id,
-      runtime: s.runtime,
-      tasks: s.tasks,
-      concurrency: s.concurrency,
-      created_ms: s.created_ms,
-      last_contact_ms: s.last_contact_ms,
-      in_flight: s.tokens.size,
-    }));
+    return this.#sessions.list();
   }
 
   installed(
@@ -285,7 +213,6 @@ export class Workers implements WorkerService {
     next: ExecutionState,
     events: readonly HistoryEvent[] = [],
   ): void {
-    const now = this.opts.now();
     // Tokens that died: tell their workers to cancel (except the one that reported).
     const reported = new Set<string>();
     for (const e of events) {
@@ -300,49 +227,8 @@ export class Workers implements WorkerService {
         });
       }
     }
-    const live = new Set<string>();
-    for (const { token, info } of liveTokens(next)) {
-      live.add(token);
-      if (this.#tokenSession.has(token) || this.#orphans.has(token)) continue;
-      if (this.sessions.has(info.worker_session)) {
-        this.#tokenSession.set(token, info.worker_session);
-        this.sessions.get(info.worker_session)!.tokens.add(token);
-        this.#confirmed.set(token, { at: now, missed: false, doubted: false });
-      } else {
-        this.#orphans.set(token, now + this.opts.sessionTimeoutMs);
-      }
-    }
-    if (prev) {
-      for (const { token } of liveTokens(prev)) {
-        if (live.has(token)) continue;
-        this.#orphans.delete(token);
-        this.#confirmed.delete(token);
-        const sid = this.#tokenSession.get(token);
-        this.#tokenSession.delete(token);
-        const s = sid ? this.sessions.get(sid) : undefined;
-        if (s) {
-          s.tokens.delete(token);
-          if (!reported.has(token)) s.cancel.add(token);
-        }
-      }
-    }
-    let added = false;
-    for (const st of queuedSteps(next)) {
-      const item = {
-        execution_id: next.execution_id,
-        step: st.id,
-        attempt: st.attempt,
-        language: st.language,
-      };
-      if (this.#queued.has(queuedId(item))) continue;
-      this.#queued.add(queuedId(item));
-      const k = key(st.task, st.contract);
-      let q = this.#queue.get(k);
-      if (!q) this.#queue.set(k, q = []);
-      q.push(item);
-      added = true;
-    }
-    if (added) this.#wake();
+    this.#sessions.installed(prev, next, reported);
+    if (this.#queue.enqueue(next)) this.#wake();
   }
 
   /**
@@ -390,40 +276,13 @@ export class Workers implements WorkerService {
   #wake(): void {
     for (let i = 0; i < this.#waiters.length;) {
       const w = this.#waiters[i]!;
-      const picked = this.#pick(w.session, w.max);
+      const picked = this.#queue.take(w.session, w.max);
       if (picked.length > 0) w.resolve(picked); // removes itself from #waiters
       else i++;
     }
   }
 
-  /** Takes up to `max` queued tasks this session serves (synchronously: no double take). */
-  #pick(s: Session, max: number): Queued[] {
-    const out: Queued[] = [];
-    for (const reg of s.tasks) {
-      const q = this.#queue.get(key(reg.name, reg.contract));
-      if (!q) continue;
-      for (let i = 0; i < q.length && out.length < max;) {
-        const item = q[i]!;
-        const st = this.executions.stateOf(item.execution_id)?.steps[item.step];
-        if (!st || st.status !== "scheduled" || st.attempt !== item.attempt) {
-          q.splice(i, 1);
-          this.#queued.delete(queuedId(item));
-          continue;
-        }
-        if (!languageFits(item.language, reg, s)) {
-          i++;
-          continue;
-        }
-        q.splice(i, 1);
-        this.#queued.delete(queuedId(item));
-        out.push(item);
-      }
-      if (out.length >= max) break;
-    }
-    return out;
-  }
-
-  async #dispatch(s: Session, picked: Queued[], signal?: AbortSignal): Promise<TaskPayload[]> {
+  async #dispatch(s: Session, picked: QueuedTask[], signal?: AbortSignal): Promise<TaskPayload[]> {
     if (picked.length === 0) return [];
     if (signal?.aborted || !this.sessions.has(s.session_id)) {
       this.#requeue(picked);
@@ -504,7 +363,7 @@ export class Workers implements WorkerService {
         );
         if (!st) {
           if (!fromQueue && this.sessions.has(s.session_id)) {
-            fromQueue = this.#dispatch(s, this.#pick(s, want), signal);
+            fromQueue = this.#dispatch(s, this.#queue.take(s, want), signal);
           }
           return null;
         }
@@ -539,22 +398,13 @@ export class Workers implements WorkerService {
     if (fromQueue) tasks.push(...await (fromQueue as Promise<TaskPayload[]>));
     const more = want - tasks.length;
     if (s && !fromQueue && more > 0 && this.sessions.has(s.session_id)) {
-      tasks.push(...await this.#dispatch(s, this.#pick(s, more), signal));
+      tasks.push(...await this.#dispatch(s, this.#queue.take(s, more), signal));
     }
     return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
   }
 
-  #requeue(items: Queued[]): void {
-    for (const q of items) {
-      const st = this.executions.stateOf(q.execution_id)?.steps[q.step];
-      if (!st || st.status !== "scheduled" || st.attempt !== q.attempt) continue;
-      const k = key(st.task, st.contract);
-      if (this.#queued.has(queuedId(q))) continue;
-      this.#queued.add(queuedId(q));
-      let list = this.#queue.get(k);
-      if (!list) this.#queue.set(k, list = []);
-      list.unshift(q);
-    }
+  #requeue(items: QueuedTask[]): void {
+    this.#queue.requeue(items);
     this.#wake();
   }
 
@@ -566,55 +416,8 @@ export class Workers implements WorkerService {
   }
 
   #sweep(): void {
-    const now = this.opts.now();
-    for (const s of [...this.sessions.values()]) {
-      if (s.polling > 0 || now - s.last_contact_ms <= this.opts.sessionTimeoutMs) continue;
-      this.sessions.delete(s.session_id);
-      log.engine.info("worker session expired", {
-        worker_id: s.worker_id,
-        session_id: s.session_id,
-      });
-      this.#loseAttempts(s, `worker \`${s.worker_id}\` stopped responding`);
-      for (const t of s.tokens) this.#confirmed.delete(t);
-    }
-    // An attempt its live worker leaves out of its heartbeats for a session timeout was never
-    // received (the answer that carried it was lost, e.g. on a connection cut after the server
-    // wrote it): redelivered with the same idempotency key, as shared mode does.
-    for (const s of this.sessions.values()) {
-      for (const t of s.tokens) {
-        const c = this.#confirmed.get(t);
-        if (!c || c.doubted || !c.missed || now - c.at <= this.opts.sessionTimeoutMs) continue;
-        c.doubted = true;
-        const id = executionOfToken(t);
-        if (!id) continue;
-        this.executions.uncertain(
-          id,
-          t,
-          `worker \`${s.worker_id}\` does not list the attempt in its heartbeats`,
-        );
-      }
-    }
-    for (const [token, expires] of [...this.#orphans]) {
-      if (expires > now) continue;
-      this.#orphans.delete(token);
-      const id = executionOfToken(token);
-      if (!id) continue;
-      this.executions.uncertain(
-        id,
-        token,
-        "no worker reported the attempt within --session-timeout after this server started",
-      );
-    }
+    this.#sessions.sweep(this.#due);
   }
-}
-
-/** Whether a task pinned to `language` may go to a session serving it under `reg`. */
-export function languageFits(
-  language: string | null,
-  reg: TaskRegistration,
-  s: Pick<Session, "runtime">,
-): boolean {
-  return language === null || language === "any" || language === (reg.language ?? s.runtime);
 }
 
 /** The SPEC §4 task payload of a dispatched step. */
