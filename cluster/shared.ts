@@ -50,6 +50,8 @@ import { SharedWorkers } from "./shared_workers.ts";
 const TICK_MS = 1000;
 const TAKEOVER_BATCH = 100;
 const FORWARD_WAIT_MS = 10_000;
+/** How long notifications nobody awaits on the request path wait for others to join them. */
+const NOTIFY_BATCH_MS = 5;
 /** A NOTIFY payload must stay below 8000 bytes (node id and a space come first). */
 const REPLY_MAX_BYTES = 7000;
 const utf8 = new TextEncoder();
@@ -132,6 +134,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /** Notifications waiting for the statement in flight (see notify). */
   #outbox = new Map<string, { channel: string; payload: string }>();
   #notifying = false;
+  /** Ends the batching wait of notifications at once (an urgent one arrived). */
+  #hurry: (() => void) | null = null;
   #advertise: string | null = null;
   #joined = false;
   #resumed = false;
@@ -310,15 +314,31 @@ export class SharedNode implements ClusterView, RemoteCommands {
    */
   notify(list: Array<{ channel: string; payload: string }>): void {
     if (list.length === 0 || !this.#req) return;
-    for (const n of list) this.#outbox.set(`${n.channel}\u0000${n.payload}`, n);
-    if (!this.#notifying) void this.#sendNotifications();
+    let urgent = false;
+    for (const n of list) {
+      this.#outbox.set(`${n.channel}\u0000${n.payload}`, n);
+      if (n.channel === "orbit_inbox" || n.channel === "orbit_reply") urgent = true;
+    }
+    if (urgent) this.#hurry?.();
+    if (!this.#notifying) void this.#sendNotifications(urgent);
   }
 
-  async #sendNotifications(): Promise<void> {
+  async #sendNotifications(urgent: boolean): Promise<void> {
     this.#notifying = true;
     try {
-      // Let the commits that end in this turn of the event loop add theirs.
-      await new Promise<void>((r) => setImmediate(r));
+      // Let the commits that end in this turn of the event loop add theirs. What nobody
+      // awaits on the request path (new tasks, finished executions: polls and waits also look
+      // again every second) waits a little longer, to go out together with more.
+      await new Promise<void>((r) => {
+        if (urgent) return setImmediate(r);
+        const t = setTimeout(done, NOTIFY_BATCH_MS);
+        this.#hurry = done;
+        function done() {
+          clearTimeout(t);
+          r();
+        }
+      });
+      this.#hurry = null;
       while (this.#outbox.size > 0 && this.#req) {
         const batch = [...this.#outbox.values()];
         this.#outbox.clear();
