@@ -32,7 +32,7 @@ import type { Hono } from "hono";
 import type postgres from "postgres";
 import type { Command } from "../lib/engine/decide.ts";
 import type { ExecutionState } from "../lib/engine/state.ts";
-import { liveTokens } from "../lib/engine/state.ts";
+import { liveTokens, stepOfToken } from "../lib/engine/state.ts";
 import { type Ownership, type RemoteCommands, rowOf } from "../lib/executions.ts";
 import { unitOf } from "../lib/shared_changes.ts";
 import { OrbitError } from "../lib/errors.ts";
@@ -155,6 +155,11 @@ export class SharedNode implements ClusterView, RemoteCommands {
   #draining: Promise<void> | null = null;
   #drainAgain = false;
   #applying = new Set<number>();
+  /**
+   * Inbox entries applied (or removed) here lately: an entry reaches the owner twice, in its
+   * notification and in the inbox read that may have started before its commit deleted it.
+   */
+  #applied = new Set<number>();
 
   constructor(readonly opts: SharedNodeOptions) {
     this.now = opts.now ?? Date.now;
@@ -283,8 +288,15 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#app = this.opts.app(rt);
     const listen = this.#listen;
     await listen.listen("orbit_tasks", () => this.#workers?.wake());
-    await listen.listen("orbit_inbox", (node) => {
-      if (node === id) this.drain();
+    await listen.listen("orbit_inbox", (payload) => {
+      const sp = payload.indexOf(" ");
+      if ((sp < 0 ? payload : payload.slice(0, sp)) !== id) return;
+      if (sp < 0) return this.drain();
+      try {
+        this.#direct(JSON.parse(payload.slice(sp + 1)) as InboxEntry);
+      } catch {
+        this.drain();
+      }
     });
     await listen.listen("orbit_done", (execId) => this.#wakeDone(execId));
     await listen.listen("orbit_defs", (name) => rt.definitions.forget(name));
@@ -662,14 +674,49 @@ export class SharedNode implements ClusterView, RemoteCommands {
     }));
   }
 
+  /**
+   * A worker's result that came with its notification: applied at once, without reading the
+   * inbox, when its execution is held here and the attempt it answers is recorded (so no
+   * earlier entry of the execution, such as that attempt's `dispatched`, has to go first).
+   * Anything else goes through the inbox read, in seq order.
+   */
+  #direct(e: InboxEntry): void {
+    const token = e.payload?.token;
+    const state = this.#rt?.executions.stateOf(e.execution_id);
+    if (
+      !this.#resumed || this.#stopped || !state || typeof token !== "string" ||
+      (e.kind !== "complete" && e.kind !== "fail") || !stepOfToken(state, token)
+    ) {
+      return this.drain();
+    }
+    e.seq = Number(e.seq);
+    this.#apply(e).catch((err) =>
+      log.shared.warn("shared: cannot apply an inbox entry; the inbox read retries it", {
+        execution_id: e.execution_id,
+        error: (err as Error).message,
+      })
+    );
+  }
+
+  #markApplied(seq: number): void {
+    this.#applied.add(seq);
+    if (this.#applied.size > 100_000) {
+      for (const s of this.#applied) {
+        this.#applied.delete(s);
+        if (this.#applied.size <= 90_000) break;
+      }
+    }
+  }
+
   async #apply(e: InboxEntry): Promise<void> {
-    if (this.#applying.has(e.seq)) return;
+    if (this.#applying.has(e.seq) || this.#applied.has(e.seq)) return;
     this.#applying.add(e.seq);
     try {
       const ex = this.#rt!.executions;
       const cmd = this.#cmdOf(e);
       if (!cmd) {
         await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
+        this.#markApplied(e.seq);
         return;
       }
       if (!ex.holds(e.execution_id)) {
@@ -691,6 +738,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         if (s && st && unitOf(s, st) !== String(e.payload.unit)) {
           await this.#sql("hb")(q.CANCEL_TASK, [cmd.token]);
           await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
+          this.#markApplied(e.seq);
           return;
         }
       }
@@ -708,6 +756,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
         }
         return; // storage errors and fencing: the entry stays for the owner to apply
       }
+      // Applied: the commit of its events deleted the entry (or it is deleted now).
+      this.#markApplied(e.seq);
       if (!r || r.events.length === 0) await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
       if (cmd.type === "dispatch" && !r?.accepted) {
         await this.#sql("hb")(q.CANCEL_TASK, [cmd.token]);
@@ -851,7 +901,18 @@ export class SharedNode implements ClusterView, RemoteCommands {
       };
     }
     const seq = Number(o.seq);
-    this.notify([{ channel: "orbit_inbox", payload: o.node_id }]);
+    // A result travels with its notification when it fits (the owner then needs no inbox
+    // read); anything else only names the owner.
+    let note = o.node_id;
+    if (kind === "complete" || kind === "fail") {
+      const text = `${o.node_id} ${
+        JSON.stringify({ seq, execution_id: id, kind, payload, reply_to: this.opts.nodeId })
+      }`;
+      if (text.length * 3 <= REPLY_MAX_BYTES || utf8.encode(text).length <= REPLY_MAX_BYTES) {
+        note = text;
+      }
+    }
+    this.notify([{ channel: "orbit_inbox", payload: note }]);
     if (!waits) return { accepted: true };
     let reply = await this.#awaitReply(seq, FORWARD_WAIT_MS);
     if (!reply) {

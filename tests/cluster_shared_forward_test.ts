@@ -230,3 +230,52 @@ Deno.test({
       }
     }),
 });
+
+Deno.test({
+  ...T,
+  name: "shared: a result that reaches the owner before the claim's dispatch is applied waits " +
+    "for it (the dispatch first, in seq order)",
+  fn: () =>
+    withTwo(async (c) => {
+      const [owner, other] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
+      const b = api(other.url);
+      assert.equal((await api(owner.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+      const reg = await b.post("/v1/workers/register", {
+        worker_id: "fast-worker",
+        runtime: "typescript",
+        tasks: [{ name: "t.fwd", contract: "1" }],
+        concurrency: 1,
+      });
+      const session = reg.body.session_id as string;
+      await start(owner.url, { workflow: "TwoSteps", execution_id: "fast-1", input: 1 });
+      // The owner is frozen while the other server claims the task (a `dispatched` entry in
+      // the owner's inbox) and the worker reports its result (a `complete` entry): on waking
+      // the owner hears both notifications at once, the result's carrying the entry itself.
+      owner.pause();
+      try {
+        const polled = await b.post("/v1/workers/poll", { session_id: session, wait_s: 10 });
+        assert.equal(polled.status, 200, JSON.stringify(polled.body));
+        const [task] = polled.body.tasks;
+        assert.equal(task.execution_id, "fast-1");
+        const done = b.post("/v1/tasks/complete", {
+          token: task.token,
+          output: 5,
+          session_id: session,
+          max_tasks: 1,
+        });
+        await new Promise((r) => setTimeout(r, 300)); // the result is in the owner's inbox
+        owner.resume();
+        const r = await done;
+        assert.equal(r.status, 200, JSON.stringify(r.body));
+        assert.equal(r.body.accepted, true, JSON.stringify(r.body));
+        assert.equal(r.body.tasks?.[0]?.step, "b", JSON.stringify(r.body));
+        const events = await historyOf(other.url, "fast-1");
+        assert.deepEqual(
+          events.filter((e) => e.step === "a").map((e) => e.type),
+          ["StepScheduled", "StepDispatched", "StepSucceeded"],
+        );
+      } finally {
+        if (owner.paused) owner.resume();
+      }
+    }),
+});
