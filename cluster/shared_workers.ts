@@ -32,9 +32,10 @@ import { notFound } from "../lib/errors.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import { log } from "../lib/log.ts";
 import {
+  dispatchTo,
   type EagerSession,
-  languageFits,
   payload,
+  serves,
   type Session,
   type TaskPayload,
   type TaskRegistration,
@@ -146,31 +147,21 @@ export class SharedWorkers implements WorkerService {
     if (this.#waiting.size === 0) return null;
     for (const st of queuedSteps(state)) {
       for (const w of this.#waiting) {
-        const fits = w.s.tasks.some((reg) =>
-          reg.name === st.task && reg.contract === st.contract &&
-          languageFits(st.language, reg, w.s)
-        );
-        if (!fits) continue;
+        if (!serves(w.s, st)) continue;
         this.#waiting.delete(w);
         this.#wakers.delete(w.wake);
-        const token = `${state.execution_id}/${this.opts.newId()}`;
+        const command = dispatchTo(state.execution_id, st.id, w.s, this.opts.newId);
         return {
-          command: {
-            type: "dispatch",
-            step: st.id,
-            token,
-            worker_id: w.s.worker_id,
-            worker_session: w.s.session_id,
-          },
+          command,
           deliver: (next) => {
-            const task = payload(next, st.id, token);
+            const task = payload(next, st.id, command.token);
             this.tasksClaimed++;
             this.metrics.tasksDispatched.inc();
             // The poll ended meanwhile (its wait ran out, its request closed): redelivered.
             if (!w.deliver([task])) {
               this.executions.uncertain(
                 state.execution_id,
-                token,
+                command.token,
                 `the request of worker \`${w.s.worker_id}\` closed before the task was delivered`,
               );
             }
@@ -506,22 +497,11 @@ export class SharedWorkers implements WorkerService {
       follow: (state) => {
         const pre = this.executions.stateOf(id);
         const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
-        const st = queuedSteps(state).find((st) =>
-          !wasQueued.has(st.id) &&
-          s.tasks.some((reg) =>
-            reg.name === st.task && reg.contract === st.contract &&
-            languageFits(st.language, reg, s)
-          )
-        );
+        const st = queuedSteps(state).find((st) => !wasQueued.has(st.id) && serves(s, st));
         if (!st) return null;
-        taken = { step: st.id, token: `${state.execution_id}/${this.opts.newId()}` };
-        return {
-          type: "dispatch",
-          step: st.id,
-          token: taken.token,
-          worker_id: s.worker_id,
-          worker_session: s.session_id,
-        };
+        const command = dispatchTo(state.execution_id, st.id, s, this.opts.newId);
+        taken = { step: st.id, token: command.token };
+        return command;
       },
       tasks: (r) => {
         const t = taken as { step: string; token: string } | null;

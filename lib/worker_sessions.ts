@@ -62,6 +62,32 @@ export function languageFits(
   return language === null || language === "any" || language === (reg.language ?? s.runtime);
 }
 
+/** Whether the session serves the step's task (name, contract version and language). */
+export function serves(
+  s: Pick<Session, "tasks" | "runtime">,
+  st: { task: string; contract: string; language: string | null },
+): boolean {
+  return s.tasks.some((reg) =>
+    reg.name === st.task && reg.contract === st.contract && languageFits(st.language, reg, s)
+  );
+}
+
+/** The command that dispatches step `step` to the session under a new task token. */
+export function dispatchTo(
+  executionId: string,
+  step: string,
+  s: Pick<Session, "session_id" | "worker_id">,
+  newId: () => string,
+): { type: "dispatch"; step: string; token: string; worker_id: string; worker_session: string } {
+  return {
+    type: "dispatch",
+    step,
+    token: `${executionId}/${newId()}`,
+    worker_id: s.worker_id,
+    worker_session: s.session_id,
+  };
+}
+
 export class WorkerSessions {
   readonly sessions = new Map<string, Session>();
   #tokenSession = new Map<string, string>();

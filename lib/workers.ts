@@ -20,7 +20,8 @@ import { executionOfToken } from "./executions.ts";
 import type { Metrics } from "./metrics.ts";
 import { log } from "./log.ts";
 import {
-  languageFits,
+  dispatchTo,
+  serves,
   type Session,
   type SessionRegistration,
   type SweepHandlers,
@@ -29,8 +30,10 @@ import {
 import { MemoryTaskQueue, type QueuedTask, type TaskQueue } from "./task_queue.ts";
 
 export {
+  dispatchTo,
   type EagerSession,
   languageFits,
+  serves,
   type Session,
   type TaskRegistration,
 } from "./worker_sessions.ts";
@@ -239,26 +242,15 @@ export class Workers implements WorkerService {
   offerFirst(state: ExecutionState): StartOffer | null {
     if (this.#waiters.length === 0) return null;
     for (const st of queuedSteps(state)) {
-      const i = this.#waiters.findIndex((w) =>
-        w.session.tasks.some((reg) =>
-          reg.name === st.task && reg.contract === st.contract &&
-          languageFits(st.language, reg, w.session)
-        )
-      );
+      const i = this.#waiters.findIndex((w) => serves(w.session, st));
       if (i < 0) continue;
       const w = this.#waiters[i]!;
       this.#waiters.splice(i, 1);
-      const token = `${state.execution_id}/${this.opts.newId()}`;
+      const command = dispatchTo(state.execution_id, st.id, w.session, this.opts.newId);
       return {
-        command: {
-          type: "dispatch",
-          step: st.id,
-          token,
-          worker_id: w.session.worker_id,
-          worker_session: w.session.session_id,
-        },
+        command,
         deliver: (next) => {
-          const task = payload(next, st.id, token);
+          const task = payload(next, st.id, command.token);
           this.metrics.tasksDispatched.inc();
           // The poll ended meanwhile (its wait ran out, its request closed): redelivered.
           if (!w.deliver([task])) this.#undelivered(w.session, [task], "closed");
@@ -355,26 +347,16 @@ export class Workers implements WorkerService {
     let fromQueue: Promise<TaskPayload[]> | null = null;
     const follow = s
       ? (state: ExecutionState): Command | null => {
-        const st = queuedSteps(state).find((st) =>
-          s.tasks.some((reg) =>
-            reg.name === st.task && reg.contract === st.contract &&
-            languageFits(st.language, reg, s)
-          )
-        );
+        const st = queuedSteps(state).find((st) => serves(s, st));
         if (!st) {
           if (!fromQueue && this.sessions.has(s.session_id)) {
             fromQueue = this.#dispatch(s, this.#queue.take(s, want), signal);
           }
           return null;
         }
-        eager = { step: st.id, token: `${state.execution_id}/${this.opts.newId()}` };
-        return {
-          type: "dispatch",
-          step: st.id,
-          token: eager.token,
-          worker_id: s.worker_id,
-          worker_session: s.session_id,
-        };
+        const command = dispatchTo(state.execution_id, st.id, s, this.opts.newId);
+        eager = { step: st.id, token: command.token };
+        return command;
       }
       : undefined;
     let r;
