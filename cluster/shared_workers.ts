@@ -35,6 +35,7 @@ import {
   dispatchTo,
   type EagerSession,
   payload,
+  pollWaitMs,
   serves,
   type Session,
   type TaskPayload,
@@ -245,7 +246,7 @@ export class SharedWorkers implements WorkerService {
   ): Promise<TaskPayload[]> {
     const s = await this.#session(sessionId);
     const started = performance.now();
-    const end = this.opts.now() + waitMs;
+    const end = this.opts.now() + pollWaitMs(waitMs, this.opts.sessionTimeoutMs);
     s.polling++;
     try {
       max = Math.max(1, Math.min(max, s.concurrency));

@@ -38,6 +38,16 @@ export {
   type TaskRegistration,
 } from "./worker_sessions.ts";
 
+/**
+ * How long a poll may wait here: what the worker asked, and at most half of --session-timeout
+ * (at least a second). A poll in progress counts as the session's contact; a worker whose host
+ * or network died mid-poll (no FIN reaches the server) must not look alive for the rest of a
+ * 60 s wait, so the poll ends, its answer goes nowhere, and the silence starts to count.
+ */
+export function pollWaitMs(asked: number, sessionTimeoutMs: number): number {
+  return Math.min(asked, Math.max(1000, Math.floor(sessionTimeoutMs / 2)));
+}
+
 export interface TaskPayload {
   token: string;
   execution_id: string;
@@ -155,6 +165,7 @@ export class Workers implements WorkerService {
   ): Promise<TaskPayload[]> {
     const s = this.#sessions.contact(sessionId);
     const started = performance.now();
+    waitMs = pollWaitMs(waitMs, this.opts.sessionTimeoutMs);
     s.polling++;
     try {
       max = Math.max(1, Math.min(max, s.concurrency));

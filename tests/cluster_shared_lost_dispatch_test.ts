@@ -51,8 +51,15 @@ Deno.test({
       assert.equal(first.body.tasks.length, 1, JSON.stringify(first.body));
       const lost = first.body.tasks[0];
       assert.equal(lost.redelivery, false);
-      // It stays alive: it heartbeats (listing nothing) and polls again.
-      const again = b.post("/v1/workers/poll", { session_id: session, wait_s: 20 });
+      // It stays alive: it heartbeats (listing nothing) and polls again, as a worker does, until
+      // a task comes (the server answers a poll after half of --session-timeout at most).
+      const again = (async () => {
+        const end = Date.now() + 20_000;
+        for (;;) {
+          const r = await b.post("/v1/workers/poll", { session_id: session, wait_s: 20 });
+          if (r.status !== 200 || r.body.tasks.length > 0 || Date.now() > end) return r;
+        }
+      })();
       const beat = setInterval(() => {
         b.post("/v1/workers/heartbeat", { session_id: session, tokens: [] }).catch(() => {});
       }, 500);
