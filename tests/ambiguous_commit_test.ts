@@ -62,7 +62,15 @@ async function run(target: StoreTarget, o: RunOptions): Promise<void> {
   try {
     await rt.definitions.deploy(WORKFLOW);
     store.plan = {
-      commit: () => o.fault(random()),
+      // A run has few commits (group commit batches them; a start and its first dispatch
+      // share one): the third commit lands and then fails if the seed spared the first two,
+      // so that every run meets at least one fault.
+      commit: (n) => {
+        const f = o.fault(random());
+        return f === "ok" && n === 2 && store.injected.after + store.injected.before === 0
+          ? "after"
+          : f;
+      },
       read: () => random() < o.readFaults,
     };
     const ids = Array.from({ length: o.executions }, (_, i) => `amb-${o.seed}-${i}`);
