@@ -208,7 +208,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
       log.shared.warn("cannot read the cluster's nodes", { error: (e as Error).message });
     }
     return {
-      owned_executions: this.#rt?.executions.heldCount ?? 0,
+      // In memory or not (`--cache-executions` lets waiting ones leave memory).
+      owned_executions: this.#rt?.executions.running ?? 0,
       tasks_claimed: this.#workers?.tasksClaimed ?? 0,
       nodes,
     };
@@ -254,6 +255,22 @@ export class SharedNode implements ClusterView, RemoteCommands {
           execId,
         ]);
         return o ? { node_id: o.node_id, epoch: Number(o.epoch) } : null;
+      },
+      listWaking: async (before, after, limit) => {
+        const rows = await this.#sql("req")<
+          { execution_id: string; wake_at_ms: string | number; epoch: string | number }
+        >(q.LIST_WAKING_OWNED, [
+          id,
+          before,
+          after?.wake_at_ms ?? 0,
+          after?.execution_id ?? "",
+          Math.max(1, Math.floor(limit)),
+        ]);
+        return rows.map((r) => ({
+          execution_id: r.execution_id,
+          wake_at_ms: Number(r.wake_at_ms),
+          epoch: Number(r.epoch),
+        }));
       },
       onDone: (execId, wake) => {
         let set = this.#done.get(execId);
@@ -373,10 +390,11 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#beat = setInterval(() => this.#onBeat(), TICK_MS);
     this.#tick = setInterval(() => this.#onTick(), TICK_MS);
     await this.#rt!.start();
+    this.#rt!.executions.startCache();
     this.#resumed = true;
     log.shared.info("shared: node is serving", {
       node_id: this.opts.nodeId,
-      resumed: this.#rt!.executions.heldCount,
+      resumed: this.#rt!.executions.running,
     });
     this.drain();
   }
@@ -418,16 +436,36 @@ export class SharedNode implements ClusterView, RemoteCommands {
     return await this.#adopt(rows, this.opts.nodeId);
   }
 
-  /** Loads executions this node now owns at the given epochs; rebuilds their queue rows. */
+  /**
+   * Loads executions this node now owns at the given epochs (with `--cache-executions` those
+   * with work due; the rest load on demand); rebuilds their queue rows.
+   */
   async #adopt(
     rows: Array<{ execution_id: string; epoch: number }>,
     from: string,
-  ): Promise<{ executions: number; in_flight: number }> {
-    if (rows.length === 0) return { executions: 0, in_flight: 0 };
+  ): Promise<{ executions: number; in_flight: number; loaded: number }> {
+    if (rows.length === 0) return { executions: 0, in_flight: 0, loaded: 0 };
     for (const r of rows) this.epochs.set(r.execution_id, Number(r.epoch));
     const ids = rows.map((r) => r.execution_id);
     const ex = this.#rt!.executions;
-    const loaded = await ex.load(ids);
+    const wake = ex.caches
+      ? new Map(
+        (await this.#sql("hb")<
+          { execution_id: string; status: string; wake_at_ms: string | number | null }
+        >(q.WAKE_OF, [ids])).map((r) => [r.execution_id, r]),
+      )
+      : new Map();
+    // No row read: status null, and it loads (the load finds what there is).
+    const loaded = await ex.adopt(ids.map((id) => {
+      const w = wake.get(id);
+      return {
+        execution_id: id,
+        status: w?.status ?? null,
+        wake_at_ms: w?.wake_at_ms === null || w?.wake_at_ms === undefined
+          ? null
+          : Number(w.wake_at_ms),
+      };
+    }));
     // Claims the previous owner made for itself and had not recorded as dispatched go back on
     // the queue (a claim for another owner wrote its `dispatched` inbox entry with it).
     const tasks = await this.#sql("hb")<
@@ -532,7 +570,16 @@ export class SharedNode implements ClusterView, RemoteCommands {
   async #reconcile(): Promise<void> {
     const ex = this.#rt!.executions;
     const ids = ex.heldIds();
-    if (ids.length === 0) return;
+    if (ids.length > 0) await this.#dropLost(ids);
+    // Executions memory did not hold (`--cache-executions`) may have been taken over as well.
+    const [n] = await this.#sql("hb")<{ n: string | number }>(q.COUNT_OWNED_RUNNING, [
+      this.opts.nodeId,
+    ]);
+    ex.recount(Number(n?.n ?? 0));
+  }
+
+  async #dropLost(ids: string[]): Promise<void> {
+    const ex = this.#rt!.executions;
     const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(q.OWNED_AMONG, [
       this.opts.nodeId,
       ids,
@@ -591,6 +638,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
           in_flight: r.in_flight,
           from,
         });
+        if (r.loaded < r.executions) {
+          log.engine.info("shared: executions taken over that only wait stay out of memory", {
+            executions: r.executions - r.loaded,
+            from,
+          });
+        }
       }
     }
   }
@@ -749,7 +802,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
         : undefined;
       let r;
       try {
-        r = await ex.command(e.execution_id, cmd, take?.follow, [e.seq]);
+        // Owned here: should it leave memory meanwhile (--cache-executions), it loads again.
+        r = await ex.command(e.execution_id, cmd, take?.follow, [e.seq], true);
       } catch (err) {
         if (err instanceof OrbitError && err.status < 500) {
           await this.#finish(e, { error: errorOf(err) });
@@ -888,7 +942,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         this.epochs.set(id, Number(o.epoch));
         await ex.load([id]);
       }
-      const r = await ex.command(id, cmd);
+      const r = await ex.command(id, cmd, undefined, undefined, true);
       if (!r) return null;
       const reply = this.#replyOf(cmd, r, id);
       if (reply.error) {

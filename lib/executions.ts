@@ -7,12 +7,18 @@
  * Commands for one execution run one at a time (a promise chain per id); commands for
  * different executions run concurrently and their appends share commits.
  *
- * With `cacheExecutions` (a single server or a standby's leader; not shared mode) memory is
+ * With `cacheExecutions` (a single server, a standby's leader, a shared-mode server) memory is
  * bounded: past that many, executions that only wait leave memory (lib/execution_cache.ts),
  * and whatever happens to one that is not held — a command (signal, cancel, task or child
  * result, timer), a wait, a start of its id — loads it from history first, through the same
  * path as a load at start (`#loadOne`). Start-up loads only executions with work in flight or
  * a timer due soon; a poll every second loads those whose timer comes due.
+ *
+ * In shared mode a load needs the owner first: a command on an execution this node does not
+ * hold returns null, and the caller's forward (`RemoteCommands`) or the inbox reads the owner
+ * and loads it here (`load`) at the epoch this node owns it with, or sends it to the owner's
+ * inbox. The wake-up poll lists only executions this node owns (`Ownership.listWaking`), and
+ * a takeover or resume loads only those with work due (`adopt`).
  */
 import { type Command, continuation, decide, wakeups } from "./engine/decide.ts";
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
@@ -88,6 +94,15 @@ export interface Ownership {
   ownerOf(id: string): Promise<{ node_id: string; epoch: number } | null>;
   /** Wakes when the execution may have closed (NOTIFY orbit_done); returns an unsubscribe. */
   onDone(id: string, wake: () => void): () => void;
+  /**
+   * `--cache-executions`: the running executions this node owns whose next timer is due by
+   * `before` (the store's `listWaking`, of this node's executions only), with their epochs.
+   */
+  listWaking(
+    before: number,
+    after: WakingRow | null,
+    limit: number,
+  ): Promise<Array<WakingRow & { epoch: number }>>;
 }
 
 /** Shared mode: commands for an execution another node owns go through its inbox. */
@@ -184,10 +199,23 @@ export class Executions {
     },
   ) {}
 
-  /** Whether executions load on demand (a bounded cache; never in shared mode or standby). */
+  /** Whether executions leave memory and load on demand (a bounded cache; never on a standby). */
   get #lazy(): boolean {
-    return (this.opts.cacheExecutions ?? null) !== null && !this.opts.readOnly &&
-      !this.opts.ownership;
+    return (this.opts.cacheExecutions ?? null) !== null && !this.opts.readOnly;
+  }
+
+  /**
+   * Whether a command, a wait or a start loads a running execution memory does not hold by
+   * itself: on one server. In shared mode another node may own it; the forward or the inbox
+   * reads the owner first and loads it (`load`) only when this node owns it.
+   */
+  get #loadsHere(): boolean {
+    return this.#lazy && !this.opts.ownership;
+  }
+
+  /** Whether memory is bounded (`--cache-executions`): waiting executions may leave it. */
+  get caches(): boolean {
+    return this.#lazy;
   }
 
   /** Running executions of this server: those held in memory and those left to the store. */
@@ -409,12 +437,17 @@ export class Executions {
    * `follow` may name a second command to decide on the state after the first one; its events
    * are committed in the same append (eager dispatch of the next step to the worker that
    * reported the previous one). `followed` tells whether it applied.
+   *
+   * `owned` (shared mode: the caller read from orbit_owners that this node owns it, and set
+   * the epoch) loads it from history when memory does not hold it; should it have left memory
+   * since, the owner is read again first.
    */
   command(
     id: string,
     cmd: Command,
     follow?: (s: ExecutionState) => Command | null,
     inbox?: number[],
+    owned = false,
   ): Promise<
     {
       accepted: boolean;
@@ -425,7 +458,10 @@ export class Executions {
   > {
     return this.serial(id, async () => {
       if (this.#suspect.has(id)) await this.#resync(id);
-      if (this.#lazy && !this.#active.has(id)) await this.#loadOne(id);
+      if (!this.#active.has(id)) {
+        if (this.#loadsHere) await this.#loadOne(id);
+        else if (owned && this.#lazy) await this.#loadOwned(id);
+      }
       const a = this.#active.get(id);
       if (!a) return null;
       const now = this.clock.now();
@@ -552,7 +588,9 @@ export class Executions {
 
   async wait(id: string, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
     // One that is not held may be running all the same (left to the store): load it.
-    const read = this.#lazy && !this.#active.has(id)
+    // In shared mode it is read from the database until it closes (#pollUntilClosed), here or
+    // on its owner; something that moves it loads it on its owner.
+    const read = this.#loadsHere && !this.#active.has(id)
       ? await this.serial(id, () => this.#loadOne(id))
       : undefined;
     // A running execution is in memory here: no read before or after (its row when it closes
@@ -589,8 +627,10 @@ export class Executions {
   }
 
   /**
-   * Loads executions from history: shared mode's resume and takeover (`ids`, with the epochs
-   * already set in the ownership). Already held ones are left as they are.
+   * Loads executions from history that this node owns (shared mode, with the epochs already
+   * set in the ownership from orbit_owners): an inbox entry or a forwarded command for one that
+   * is not held, and the due ones of a takeover or resume (`adopt`). Already held ones are
+   * left as they are.
    */
   async load(ids: string[]): Promise<{ executions: number; in_flight: number }> {
     let executions = 0;
@@ -640,6 +680,78 @@ export class Executions {
   }
 
   /**
+   * Shared mode's resume and takeover: executions this node now owns (epochs set in the
+   * ownership), with their status and next wake-up (`workflow_executions.wake_at_ms`). Every
+   * one loads; with a bounded cache only those with work in flight, a timer due within
+   * WAKE_AHEAD_MS, or a `continued` run to start, as at a single server's start. The rest are
+   * counted as running and load on demand (their epoch is read again then). Answers how many
+   * were adopted (`executions`), how many of them memory holds now (`loaded`) and their
+   * attempts in flight.
+   */
+  async adopt(
+    rows: Array<{ execution_id: string; status: string | null; wake_at_ms: number | null }>,
+  ): Promise<{ executions: number; in_flight: number; loaded: number }> {
+    if (!this.#lazy) {
+      const r = await this.load(rows.map((r) => r.execution_id));
+      return { ...r, loaded: r.executions };
+    }
+    const horizon = this.clock.now() + WAKE_AHEAD_MS;
+    const due: string[] = [];
+    let left = 0;
+    for (const r of rows) {
+      const id = r.execution_id;
+      if (this.#active.has(id)) continue;
+      // Counted now, before any load: a load of a running one (here, or by a command that
+      // reaches it first) takes it back from the count.
+      if (r.status === "running") this.#idle++;
+      if (r.status !== "running" || (r.wake_at_ms !== null && r.wake_at_ms <= horizon)) {
+        due.push(id);
+      } else {
+        this.opts.ownership?.epochs.delete(id);
+        left++;
+      }
+    }
+    const r = await this.load(due);
+    return { executions: r.executions + left, in_flight: r.in_flight, loaded: r.executions };
+  }
+
+  /**
+   * Shared mode: the number of running executions this node owns, read from orbit_owners
+   * (after a silence, when another node may have taken some that memory did not hold).
+   */
+  recount(owned: number): void {
+    if (this.#lazy) this.#idle = Math.max(0, owned - this.#active.size);
+  }
+
+  /**
+   * Starts the bounded cache's wake-up poll and sweep (once; nothing without a cache). A single
+   * server's `recover` starts it; shared mode after its resume.
+   */
+  startCache(): void {
+    if (!this.#lazy || this.#wakePoll !== undefined || this.#stopped) return;
+    this.#wakePoll = setInterval(() => {
+      this.#pollWakeups();
+      this.#sweep();
+    }, WAKE_POLL_MS);
+    this.#scheduleSweep();
+  }
+
+  /**
+   * Shared mode: loads an execution memory does not hold if this node owns it (runs inside
+   * `serial`), at the epoch orbit_owners names, unless the epoch is already set.
+   */
+  async #loadOwned(id: string): Promise<void> {
+    const own = this.opts.ownership;
+    if (!own) return;
+    if (!own.epochs.has(id)) {
+      const o = await own.ownerOf(id);
+      if (!o || o.node_id !== own.nodeId || this.#active.has(id)) return;
+      own.epochs.set(id, o.epoch);
+    }
+    await this.#loadOne(id);
+  }
+
+  /**
    * Loads running executions from history (start-up): every one, or with a bounded cache
    * those with work in flight or a timer due soon (the rest load on demand).
    */
@@ -666,31 +778,36 @@ export class Executions {
     await this.#recoverContinued();
     if (lazy) {
       this.#idle = Math.max(0, (await this.store.countRunning()) - this.#active.size);
-      this.#wakePoll = setInterval(() => {
-        this.#pollWakeups();
-        this.#sweep();
-      }, WAKE_POLL_MS);
-      this.#scheduleSweep();
+      this.startCache();
     }
     return { executions: this.#active.size, in_flight: inFlight };
   }
 
   /**
    * Loads the executions left to the store whose next timer comes due within WAKE_AHEAD_MS;
-   * their timers are armed by the load. Pages through every such row; one poll at a time.
+   * their timers are armed by the load. Pages through every such row; one poll at a time. In
+   * shared mode only those this node owns, at the epoch the same read found.
    */
   async #pollWakeups(): Promise<void> {
     if (this.#polling || this.#stopped) return;
     this.#polling = true;
     try {
       const before = this.clock.now() + WAKE_AHEAD_MS;
+      const own = this.opts.ownership;
       let after: WakingRow | null = null;
       for (;;) {
-        const page: WakingRow[] = await this.store.listWaking(before, after, 1000);
+        const page: Array<WakingRow & { epoch?: number }> = own
+          ? await own.listWaking(before, after, 1000)
+          : await this.store.listWaking(before, after, 1000);
         for (const w of page) {
           if (this.#stopped) return;
           if (this.#active.has(w.execution_id)) continue;
-          await this.serial(w.execution_id, () => this.#loadOne(w.execution_id));
+          await this.serial(w.execution_id, () => {
+            if (own && w.epoch !== undefined && !this.#active.has(w.execution_id)) {
+              own.epochs.set(w.execution_id, w.epoch);
+            }
+            return this.#loadOne(w.execution_id);
+          });
         }
         if (page.length < 1000) break;
         after = page[page.length - 1]!;
@@ -728,6 +845,8 @@ export class Executions {
       if (!evictable(a.state, now)) continue;
       for (const t of a.timers) clearTimeout(t);
       this.#active.delete(id);
+      // Shared mode: the epoch is read again from orbit_owners when it loads.
+      this.opts.ownership?.epochs.delete(id);
       this.#idle++;
       over--;
     }

@@ -229,6 +229,32 @@ export const OWNER_OF = `
 SELECT o.node_id, o.epoch, n.addr FROM orbit_owners o
 LEFT JOIN orbit_nodes n ON n.node_id = o.node_id WHERE o.execution_id = $1`;
 
+/**
+ * Whether executions a node just took over or resumed must be in memory (\`--cache-executions\`):
+ * their status and next wake-up (lib/execution_cache.ts \`wakeAt\`). Params: $1 ids.
+ */
+export const WAKE_OF = `
+SELECT execution_id, status, wake_at_ms FROM workflow_executions WHERE execution_id IN ${list(1)}`;
+
+/**
+ * The running executions this node owns whose next timer is due at or before $2, with the
+ * epoch it owns them at, in (wake_at_ms, execution_id) order after the keyset ($3, $4), at
+ * most $5 (the single server's LIST_WAKING, joined with orbit_owners: a node loads only what
+ * it owns). Params: $1 me, $2 before, $3 after wake_at_ms, $4 after execution_id, $5 limit.
+ */
+export const LIST_WAKING_OWNED = `
+SELECT x.execution_id, x.wake_at_ms, o.epoch FROM workflow_executions x
+JOIN orbit_owners o ON o.execution_id = x.execution_id AND o.node_id = $1
+WHERE x.wake_at_ms IS NOT NULL AND x.wake_at_ms > 0 AND x.wake_at_ms <= $2
+  AND (x.wake_at_ms, x.execution_id) > ($3::bigint, $4::text) AND x.status = 'running'
+ORDER BY x.wake_at_ms, x.execution_id LIMIT $5`;
+
+/** How many running executions a node owns (in memory or not). Params: $1 me. */
+export const COUNT_OWNED_RUNNING = `
+SELECT count(*) AS n FROM orbit_owners o
+JOIN workflow_executions x ON x.execution_id = o.execution_id AND x.status = 'running'
+WHERE o.node_id = $1`;
+
 /** Which of these executions this node owns, at which epoch. Params: $1 me, $2 ids. */
 export const OWNED_AMONG = `
 SELECT execution_id, epoch FROM orbit_owners WHERE node_id = $1 AND execution_id IN ${list(2)}`;
