@@ -8,6 +8,7 @@
  *   deno task bench --python-workers 1 --ts-workers 1   (the reference page's worker shape)
  *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
  *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
+ *   deno task bench --deno-args="--v8-flags=--max-semi-space-size=2"   (flags for the server's deno run)
  *
  * Prints orders per second, p50/p99 latency (start request to observed completion), the
  * server's peak resident memory (VmHWM), and what an order costs: CPU milliseconds per order
@@ -34,6 +35,8 @@ const { values } = parseArgs({
     concurrency: { type: "string", default: "8" },
     store: { type: "string", default: "both" },
     "server-args": { type: "string", default: "" },
+    // Flags for the server's `deno run`, e.g. --deno-args="--v8-flags=--max-semi-space-size=2".
+    "deno-args": { type: "string", default: "" },
     // Python example workers beside the TypeScript ones (then --ts-workers counts those, and
     // the workflow is the variant whose charge is pinned to Python).
     "python-workers": { type: "string", default: "0" },
@@ -220,12 +223,16 @@ async function bench(store: "sqlite" | "postgres") {
     : await (await sharedPostgres()).createDatabase();
   const extra = values["server-args"] ? values["server-args"].split(" ") : [];
   const prof = Deno.env.get("ORBIT_BENCH_CPU_PROF");
+  const denoArgs = [
+    ...values["deno-args"].split(" ").filter(Boolean),
+    ...(prof ? ["--cpu-prof", `--cpu-prof-dir=${prof}`] : []),
+  ];
   const cluster = await startBenchServers({
     db,
     args: extra,
     shared: SHARED,
     proxy: !values["no-proxy"],
-    ...(prof ? { denoArgs: ["--cpu-prof", `--cpu-prof-dir=${prof}`] } : {}),
+    ...(denoArgs.length ? { denoArgs } : {}),
   });
   // The first server stands for all in what is measured per process (main thread, RSS);
   // CPU and counters are summed over every server.

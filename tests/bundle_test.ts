@@ -7,7 +7,13 @@
  * compile` up to the runtime download this machine cannot make.
  */
 import assert from "node:assert/strict";
-import { api, type ServerProcess, startServer, tempDir } from "./support/server.ts";
+import {
+  api,
+  SERVER_V8_FLAGS,
+  type ServerProcess,
+  startServer,
+  tempDir,
+} from "./support/server.ts";
 import {
   assertCleanOrderHistory,
   fullHistory,
@@ -173,7 +179,10 @@ Deno.test({
   fn: async () => {
     const dir = await tempDir();
     try {
-      assert.equal(TASKS.compile, `deno compile -A ${NO_LEGACY_ABORT} -o dist/orbit main.ts`);
+      assert.equal(
+        TASKS.compile,
+        `deno compile -A ${NO_LEGACY_ABORT} ${SERVER_V8_FLAGS} -o dist/orbit main.ts`,
+      );
       // DENORT_BIN names the runtime to embed instead of downloading it; a missing one stops
       // compile after the type check and the module graph, which is all that runs offline.
       const missing = `${dir}/no-denort`;

@@ -5,6 +5,12 @@
  */
 const ROOT = new URL("../../", import.meta.url).pathname;
 export const MAIN = `${ROOT}main.ts`;
+/**
+ * The V8 flags every documented way of running the server passes (`deno task start`, `deno task
+ * compile`, the Dockerfile, the Kubernetes manifests; tests/v8_flags_test.ts keeps them equal),
+ * so tests and benchmarks run the server as it is deployed.
+ */
+export const SERVER_V8_FLAGS = "--v8-flags=--max-semi-space-size=2";
 
 export interface ServerProcess {
   url: string;
@@ -40,6 +46,7 @@ export async function startServer(o: ServerOptions): Promise<ServerProcess> {
   const args = [
     "run",
     "-A",
+    SERVER_V8_FLAGS,
     ...(o.denoArgs ?? []),
     o.entry ?? MAIN,
     "server",
