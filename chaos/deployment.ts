@@ -79,6 +79,8 @@ export class Deployment {
     readonly pythonWorkers = 0,
     /** Attach mode: the user's deployment (its base URL) and its bearer token. */
     readonly attach: { url: string; token: string | null } | null = null,
+    /** The servers' `--cache-executions`, or null for their default. */
+    readonly cacheExecutions: number | null = null,
   ) {}
 
   get clustered(): boolean {
@@ -99,6 +101,9 @@ export class Deployment {
 
   serverArgs(id: string): string[] {
     const session = ["--session-timeout", String(SESSION_TIMEOUT_S)];
+    if (this.cacheExecutions !== null) {
+      session.push("--cache-executions", String(this.cacheExecutions));
+    }
     if (this.mode === "standby") {
       return ["--cluster", "--node-id", id, "--node-timeout", String(NODE_TIMEOUT_S), ...session];
     }

@@ -5,7 +5,7 @@
  *   deno task chaos [--mode single-sqlite|single-pg|standby|shared] [--seconds 60] [--seed N]
  *                   [--servers N] [--workers N] [--python-workers N] [--clients N]
  *                   [--db postgres://…] [--keep]
- *                   [--faults kind,kind,…] [--json FILE]
+ *                   [--faults kind,kind,…] [--json FILE] [--cache-executions N]
  *   deno task chaos --attach http://host:port [--token T] [--db postgres://…|FILE.db]
  *                   [--seconds 60] [--seed N] [--workers N] [--python-workers N] [--clients N]
  *                   [--faults worker-kind,…] [--keep] [--json FILE]
@@ -65,6 +65,10 @@ const servers = num("--servers");
 const workers = num("--workers");
 const pythonWorkers = num("--python-workers");
 const clients = num("--clients");
+const cacheExecutions = num("--cache-executions");
+if (cacheExecutions !== undefined && mode === "attach") {
+  usage("--cache-executions is not for --attach");
+}
 const report = await (runChaos({
   mode,
   ...(attach !== undefined ? { attach } : {}),
@@ -75,6 +79,7 @@ const report = await (runChaos({
   ...(workers !== undefined ? { workers } : {}),
   ...(pythonWorkers !== undefined ? { pythonWorkers } : {}),
   ...(clients !== undefined ? { clients } : {}),
+  ...(cacheExecutions !== undefined ? { cacheExecutions } : {}),
   ...(db ? { db } : {}),
   ...(faults ? { faults } : {}),
   keep: args.includes("--keep"),

@@ -63,6 +63,11 @@ export interface ChaosOptions {
   db?: string;
   /** Only these fault kinds (default: every kind the mode allows). */
   faults?: FaultKind[];
+  /**
+   * The servers' `--cache-executions` (default: theirs): a small cap makes waiting executions
+   * leave memory and load again on whatever reaches them, under the faults.
+   */
+  cacheExecutions?: number;
   /** Apply `faults` in their order, cycling (default: at random). */
   inOrder?: boolean;
   /** How long to wait for everything to finish after the faults stop (default 180 s). */
@@ -113,7 +118,10 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const seed = o.seed ?? Math.floor(Math.random() * 2 ** 31);
   const started = Date.now();
   const tag = `chaos-${seed}-${started.toString(36)}`;
-  log(`chaos: mode=${o.mode} seconds=${o.seconds} seed=${seed} tag=${tag}`);
+  log(
+    `chaos: mode=${o.mode} seconds=${o.seconds} seed=${seed} tag=${tag}` +
+      (o.cacheExecutions !== undefined ? ` cache-executions=${o.cacheExecutions}` : ""),
+  );
   const dir = await Deno.makeTempDir({ prefix: "orbit-chaos-" });
   const attached = o.mode === "attach";
   if (attached && !o.attach) throw new Error("attach mode needs the deployment's URL");
@@ -153,6 +161,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       o.workers ?? 2,
       python,
       attached ? { url: o.attach!, token: o.token ?? null } : null,
+      o.cacheExecutions ?? null,
     );
     await deployment.start();
     const d = deployment;

@@ -2,7 +2,8 @@
  * The chaos suite's short profile (chaos/, README "Chaos suite"), run by `deno task test`: each
  * mode runs its workload under a fixed cycle of faults (targets and timings from a fixed seed)
  * and the history checker must find nothing. Single on SQLite with kills; standby with kills,
- * pauses past the node timeout and a PostgreSQL restart; shared with kills and a pause. About
+ * pauses past the node timeout and a PostgreSQL restart; shared with kills and a pause; single
+ * and shared with `--cache-executions 4`, so waiting executions leave memory and load again. About
  * three minutes in all; the long profile is `deno task chaos --seconds 1800`.
  */
 import assert from "node:assert/strict";
@@ -41,6 +42,8 @@ Deno.test({
       mode: "single-sqlite",
       seconds: 30,
       seed: 101,
+      // Waiting executions leave memory and load again on their signal, under the kills.
+      cacheExecutions: 4,
       faults: ["server-kill", "worker-kill", "both-kill", "worker-pause", "server-term"],
     }),
 });
@@ -66,6 +69,7 @@ Deno.test({
       mode: "shared",
       seconds: 35,
       seed: 303,
+      cacheExecutions: 4,
       faults: ["server-kill", "server-pause", "worker-kill", "pg-terminate"],
     }),
 });
