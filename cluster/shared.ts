@@ -134,6 +134,13 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /** Notifications waiting for the statement in flight (see notify). */
   #outbox = new Map<string, { channel: string; payload: string }>();
   #notifying = false;
+  /**
+   * No other node heartbeated within the node timeout at the last heartbeat: `orbit_tasks` and
+   * `orbit_done` would reach only this node's own listener, so they are delivered in memory and
+   * not sent. A node that joins meanwhile is seen at the next heartbeat (within a second); until
+   * then its polls and waits find work by their one-second re-check.
+   */
+  #alone = false;
   /** Ends the batching wait of notifications at once (an urgent one arrived). */
   #hurry: (() => void) | null = null;
   #advertise: string | null = null;
@@ -345,9 +352,18 @@ export class SharedNode implements ClusterView, RemoteCommands {
     if (list.length === 0 || !this.#req) return;
     let urgent = false;
     for (const n of list) {
+      if (this.#alone && n.channel === "orbit_tasks") {
+        this.#workers?.wake(); // what this node's listener would have done
+        continue;
+      }
+      if (this.#alone && n.channel === "orbit_done") {
+        this.#wakeDone(n.payload);
+        continue;
+      }
       this.#outbox.set(`${n.channel}\u0000${n.payload}`, n);
       if (n.channel === "orbit_inbox" || n.channel === "orbit_reply") urgent = true;
     }
+    if (this.#outbox.size === 0) return;
     if (urgent) this.#hurry?.();
     if (!this.#notifying) void this.#sendNotifications(urgent);
   }
@@ -532,7 +548,11 @@ export class SharedNode implements ClusterView, RemoteCommands {
   async #heartbeat(): Promise<void> {
     let rows: unknown[];
     try {
-      rows = await this.#sql("hb")(q.NODE_HEARTBEAT, [this.opts.nodeId, this.instance]);
+      rows = await this.#sql("hb")<{ others: string | number }>(q.NODE_HEARTBEAT, [
+        this.opts.nodeId,
+        this.instance,
+        this.opts.nodeTimeoutMs,
+      ]);
     } catch (e) {
       if (!this.#beatFailed) {
         this.#beatFailed = true;
@@ -553,6 +573,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       this.opts.onFatal(msg);
       return;
     }
+    this.#alone = Number((rows[0] as { others: string | number }).others) === 0;
     const gap = this.now() - this.#lastBeat;
     this.#lastBeat = this.now();
     if (this.#beatFailed || gap > this.opts.nodeTimeoutMs) {

@@ -179,10 +179,15 @@ WHERE orbit_nodes.instance IS NOT DISTINCT FROM excluded.instance
    OR orbit_nodes.heartbeat_ms < ${DB_NOW} - $4::bigint
 RETURNING heartbeat_ms`;
 
-/** The heartbeat; no row: another process took this node id. Params: $1 node_id, $2 instance. */
+/**
+ * The heartbeat; no row: another process took this node id. Also answers how many other nodes
+ * heartbeat within the node timeout (none: notifications only this node listens to can stay
+ * unsent). Params: $1 node_id, $2 instance, $3 node timeout ms.
+ */
 export const NODE_HEARTBEAT = `
 UPDATE orbit_nodes SET heartbeat_ms = ${DB_NOW} WHERE node_id = $1 AND instance = $2
-RETURNING heartbeat_ms`;
+RETURNING heartbeat_ms, (SELECT count(*) FROM orbit_nodes o
+  WHERE o.node_id <> $1 AND o.heartbeat_ms > ${DB_NOW} - $3::bigint) AS others`;
 
 /** A graceful leave: heartbeat 0, so the others take over at once. Params: $1 node_id, $2 instance. */
 export const NODE_LEAVE = `
