@@ -271,7 +271,9 @@ export class Driver {
           end,
         );
         if (r.status === 200) this.stats.cancels++;
-        else this.#undelivered(rec);
+        // 409: it already finished — a retry of a cancel whose first attempt landed before its
+        // connection failed answers that (the checker reads how the flow really ended).
+        else if (r.status !== 409) this.#undelivered(rec);
       } else {
         const r = await retry(this.base, "POST", `/v1/executions/${id}/signals/go`, {}, end);
         if (r.status === 200 || r.status === 201) this.stats.signals++;
