@@ -674,6 +674,7 @@ export class Executions {
     if (this.#active.has(id)) return undefined;
     loaded?.(state);
     if (this.#lazy && row.status === "running" && this.#idle > 0) this.#idle--;
+    this.metrics.executionsLoaded.inc();
     this.#install(id, null, state, def, []);
     if (state.continued) await this.#continue(state, def);
     return row;
@@ -773,6 +774,7 @@ export class Executions {
       }
       const state = replay(events);
       inFlight += inFlightCount(state);
+      this.metrics.executionsLoaded.inc();
       this.#install(row.execution_id, null, state, def, []);
     }
     await this.#recoverContinued();
@@ -848,6 +850,7 @@ export class Executions {
       // Shared mode: the epoch is read again from orbit_owners when it loads.
       this.opts.ownership?.epochs.delete(id);
       this.#idle++;
+      this.metrics.executionsEvicted.inc();
       over--;
     }
   }

@@ -96,6 +96,14 @@ export class Metrics {
     "orbit_task_results_ignored_total",
     "Results answered accepted=false (late or duplicate).",
   );
+  readonly executionsEvicted = new Counter(
+    "orbit_executions_evicted_total",
+    "Waiting executions that left memory past --cache-executions.",
+  );
+  readonly executionsLoaded = new Counter(
+    "orbit_executions_loaded_total",
+    "Running executions rebuilt from history into memory (at start, at a takeover, on demand).",
+  );
   readonly schedulesFired = new Counter(
     "orbit_schedules_fired_total",
     "Schedule occurrences started.",
@@ -125,6 +133,8 @@ export class Metrics {
       this.tasksFailed,
       this.tasksRedelivered,
       this.resultsIgnored,
+      this.executionsEvicted,
+      this.executionsLoaded,
       this.schedulesFired,
       this.httpRequests,
       this.pollLatency,

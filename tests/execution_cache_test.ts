@@ -31,11 +31,13 @@ const NAP = {
   steps: [{ id: "nap", sleep_s: 12 }, { id: "r", return: "rested" }],
 };
 
-async function inMemory(url: string): Promise<number> {
+async function metric(url: string, name: string): Promise<number> {
   const text = await (await fetch(`${url}/v1/metrics`)).text();
-  const m = text.match(/^orbit_cached_executions (\d+)/m);
+  const m = new RegExp(`^${name} (\\d+)`, "m").exec(text);
   return m ? Number(m[1]) : NaN;
 }
+
+const inMemory = (url: string) => metric(url, "orbit_cached_executions");
 
 testEachStore(
   "--cache-executions 0: waiting executions leave memory and load from history for a signal, a query, a wait, a cancel and a start",
@@ -51,6 +53,7 @@ testEachStore(
         assert.equal(r.status, 201, JSON.stringify(r.body));
       }
       await waitFor(async () => (await inMemory(s.url)) === 0, "the waiting executions to leave");
+      assert.equal(await metric(s.url, "orbit_executions_evicted_total"), 6);
 
       // A signal (handled by a handler), then a query of what it changed.
       assert.equal((await c.post("/v1/executions/w-0/signals/note", { payload: "a" })).status, 200);
@@ -90,6 +93,8 @@ testEachStore(
         assert.equal(w.body.status, "completed");
         assert.equal(w.body.output, id);
       }
+      // Each was rebuilt from history once, for its signal.
+      assert.equal(await metric(s.url, "orbit_executions_loaded_total"), 4);
       const events = await c2.get("/v1/executions/w-2/history");
       assert.equal(
         events.body.events.filter((e: { type: string }) => e.type === "WorkflowCompleted").length,
