@@ -9,6 +9,7 @@
  *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
  *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
  *   deno task bench --deno-args="--v8-flags=--max-semi-space-size=2"   (flags for the server's deno run)
+ *   deno task bench --waiting 100000    (that many executions wait for a signal through the run)
  *
  * Prints orders per second, p50/p99 latency (start request to observed completion), the
  * server's peak resident memory (VmHWM), and what an order costs: CPU milliseconds per order
@@ -46,6 +47,9 @@ const { values } = parseArgs({
     servers: { type: "string", default: "1" },
     // Shared mode without the proxy: clients and workers talk to the first server.
     "no-proxy": { type: "boolean", default: false },
+    // Executions started first that wait for a signal the whole run (how the cost grows with
+    // the work the server holds: beyond --cache-executions they leave memory).
+    waiting: { type: "string", default: "0" },
   },
 });
 const SHARED = values.cluster === "shared" ? Number(values.servers) : 0;
@@ -53,7 +57,28 @@ if (values.cluster && values.cluster !== "shared") {
   throw new Error(`--cluster ${values.cluster}: only shared is benchmarked`);
 }
 const ORDERS = Number(values.orders);
+const WAITING = Number(values.waiting);
+if (!Number.isInteger(WAITING) || WAITING < 0) throw new Error("--waiting: a count");
+
+/** The executions that wait through the run (`--waiting`). */
+const WAITER = {
+  ir: "orbit-ir/2",
+  name: "BenchWaiter",
+  version: "1.0.0",
+  signals: { go: {} },
+  steps: [{ id: "w", wait_signal: "go" }, { id: "r", return: "{% $steps.w %}" }],
+};
 const CLIENTS = Number(values.clients);
+
+/** Resident memory of a process now (VmRSS). */
+function rssMb(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(Deno.readTextFileSync(`/proc/${pid}/status`));
+    return m ? Math.round(Number(m[1]) / 1024) : NaN;
+  } catch {
+    return NaN;
+  }
+}
 
 function peakRssMb(pid: number): number {
   try {
@@ -273,6 +298,25 @@ async function bench(store: "sqlite" | "postgres") {
       input: orderInput("warmup"),
     });
     await c.get("/v1/executions/warmup/wait?timeout_s=60");
+    if (WAITING > 0) {
+      await c.post("/v1/workflows", WAITER);
+      let n = 0;
+      const t0 = performance.now();
+      await Promise.all(Array.from({ length: CLIENTS }, async () => {
+        while (n < WAITING) {
+          const id = `waiter-${n++}`;
+          const r = await c.post("/v1/executions", { workflow: "BenchWaiter", execution_id: id });
+          if (r.status !== 201) {
+            throw new Error(`start ${id}: ${r.status} ${JSON.stringify(r.body)}`);
+          }
+        }
+      }));
+      console.error(
+        `  ${WAITING} executions waiting (started in ${
+          ((performance.now() - t0) / 1000).toFixed(1)
+        } s); server RSS ${rssMb(server.pid)} MB`,
+      );
+    }
 
     const latencies: number[] = [];
     for (const w of workers) await w.cycle(); // the warm-up's samples are left out
@@ -332,10 +376,12 @@ async function bench(store: "sqlite" | "postgres") {
       clients: CLIENTS,
       ts_workers: workers.length,
       python_workers: pyCount,
+      waiting: WAITING,
       orders_per_s: Math.round((ORDERS / seconds) * 10) / 10,
       p50_ms: Math.round(pct(latencies, 0.5)),
       p99_ms: Math.round(pct(latencies, 0.99)),
       server_peak_rss_mb: peakRssMb(server.pid),
+      server_rss_mb_after: rssMb(server.pid),
       seconds: Math.round(seconds * 10) / 10,
       server_cpu_s: round(serverCpu, 2),
       worker_cpu_s: round(workerCpu, 2),
@@ -377,7 +423,9 @@ for (const s of stores) {
   const r = await bench(s);
   results.push(r);
   console.log(
-    `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB (${r.orders} orders, ${r.clients} clients, workers: ${r.ts_workers} TypeScript, ${r.python_workers} Python; ${r.seconds} s)\n` +
+    `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB, ${r.server_rss_mb_after} MB after (${r.orders} orders, ${r.clients} clients, workers: ${r.ts_workers} TypeScript, ${r.python_workers} Python${
+      r.waiting ? `, ${r.waiting} executions waiting` : ""
+    }; ${r.seconds} s)\n` +
       `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
       `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each; server wrote ${r.server_written_kb_per_order} KB per order); server main thread busy ${
         Math.round(r.main_thread_busy_share * 100)
