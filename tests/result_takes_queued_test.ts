@@ -7,9 +7,8 @@
 import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
-import type { AppendItem } from "../lib/store/store.ts";
 import { readRun } from "../lib/signals.ts";
-import { faultyStore } from "./support/faulty_store.ts";
+import { faultyStore, recordCommits } from "./support/faulty_store.ts";
 import { tempDir } from "./support/server.ts";
 
 const ONE = {
@@ -18,10 +17,6 @@ const ONE = {
   version: "1.0.0",
   steps: [{ id: "only", task: "t.one", contract: "1", input: "{% $input %}" }],
 };
-
-/** `execution/type` of every event of a commit, in order. */
-const shape = (items: AppendItem[]) =>
-  items.flatMap((i) => i.events.map((e) => `${i.row.execution_id}/${e.type}`));
 
 Deno.test({
   name:
@@ -34,15 +29,8 @@ Deno.test({
     await rt.start();
     try {
       await rt.definitions.deploy(ONE);
-      const commits: string[][] = [];
-      let failWith: string | null = null;
-      store.plan = {
-        commit: (_n, items) => {
-          const s = shape(items);
-          commits.push(s);
-          return failWith !== null && s.includes(failWith) ? "before" : "ok";
-        },
-      };
+      const log = recordCommits(store);
+      const commits = log.commits;
       const session = await rt.workers.register({
         worker_id: "w",
         runtime: "typescript",
@@ -71,9 +59,9 @@ Deno.test({
 
       // b's result fails to commit: the worker hears the error; c's task, dispatched for its
       // slot, is recorded uncertain and queued again.
-      failWith = "b/StepSucceeded";
+      log.failOn = "b/StepSucceeded";
       await assert.rejects(rt.workers.report(tb.token, { output: 20 }, take));
-      failWith = null;
+      log.failOn = null;
       let again;
       for (let i = 0; i < 100 && !again; i++) {
         [again] = await rt.workers.poll(session, 1, 100);

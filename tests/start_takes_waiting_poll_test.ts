@@ -8,9 +8,8 @@
 import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
-import type { AppendItem } from "../lib/store/store.ts";
 import { readRun } from "../lib/signals.ts";
-import { faultyStore } from "./support/faulty_store.ts";
+import { commitShape, faultyStore, recordCommits } from "./support/faulty_store.ts";
 import { tempDir } from "./support/server.ts";
 
 const ONE = {
@@ -19,9 +18,6 @@ const ONE = {
   version: "1.0.0",
   steps: [{ id: "only", task: "t.one", contract: "1", input: "{% $input %}" }],
 };
-
-const shape = (items: AppendItem[]) =>
-  items.flatMap((i) => i.events.map((e) => `${i.row.execution_id}/${e.type}`));
 
 Deno.test({
   name: "a start hands its first task to a waiting poll in its own commit",
@@ -33,15 +29,8 @@ Deno.test({
     await rt.start();
     try {
       await rt.definitions.deploy(ONE);
-      const commits: string[][] = [];
-      let fail: string | null = null;
-      store.plan = {
-        commit: (_n, items) => {
-          const s = shape(items);
-          commits.push(s);
-          return fail !== null && s.includes(fail) ? "before" : "ok";
-        },
-      };
+      const log = recordCommits(store);
+      const commits = log.commits;
       const session = await rt.workers.register({
         worker_id: "w",
         runtime: "typescript",
@@ -60,9 +49,9 @@ Deno.test({
 
       // The start's commit fails: the poll is not answered with b's task; it takes c's.
       const polled2 = rt.workers.poll(session, 1, 10_000);
-      fail = "b/WorkflowCreated";
+      log.failOn = "b/WorkflowCreated";
       await assert.rejects(rt.executions.start({ workflow: "One", execution_id: "b", input: 2 }));
-      fail = null;
+      log.failOn = null;
       await rt.executions.start({ workflow: "One", execution_id: "c", input: 3 });
       const [tc] = await polled2;
       assert.equal(tc?.execution_id, "c");
@@ -74,7 +63,7 @@ Deno.test({
       store.plan = {};
       const commit = store.commit;
       store.commit = async (items) => {
-        if (shape(items).includes("d/WorkflowCreated")) await gate;
+        if (commitShape(items).includes("d/WorkflowCreated")) await gate;
         return await commit(items);
       };
       const short = rt.workers.poll(session, 1, 300);

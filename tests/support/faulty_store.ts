@@ -81,4 +81,29 @@ export function faultyStore(inner: Store, plan: FaultPlan = {}): FaultyStore {
 }
 
 /** A small seeded PRNG (mulberry32), so a failing seed can be replayed. */
+/** A commit as the `execution/type` of its events, in order. */
+export const commitShape = (items: AppendItem[]): string[] =>
+  items.flatMap((i) => i.events.map((e) => `${i.row.execution_id}/${e.type}`));
+
+/** What `recordCommits` saw, and the commit it fails next. */
+export interface CommitLog {
+  /** Each commit as the `execution/type` of its events, in order. */
+  commits: string[][];
+  /** A commit whose events include this `execution/type` fails without writing. */
+  failOn: string | null;
+}
+
+/** Sets the store's commit plan to one that records every commit and fails as `failOn` says. */
+export function recordCommits(store: FaultyStore): CommitLog {
+  const log: CommitLog = { commits: [], failOn: null };
+  store.plan = {
+    commit: (_n, items) => {
+      const shape = commitShape(items);
+      log.commits.push(shape);
+      return log.failOn !== null && shape.includes(log.failOn) ? "before" : "ok";
+    },
+  };
+  return log;
+}
+
 export { prng as rng } from "../../lib/engine/testing.ts";
