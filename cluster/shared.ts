@@ -793,15 +793,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
         this.#markApplied(e.seq);
         return;
       }
-      if (!ex.holds(e.execution_id)) {
-        // Owned here (the inbox join says so) but not loaded: load it first.
-        const [o] = await this.#sql("hb")<{ node_id: string; epoch: number }>(q.OWNER_OF, [
-          e.execution_id,
-        ]);
-        if (!o || o.node_id !== this.opts.nodeId) return;
-        this.epochs.set(e.execution_id, Number(o.epoch));
-        await ex.load([e.execution_id]);
-      }
+      // Owned here (the inbox join says so) but perhaps not in memory: load it first.
+      if (!(await ex.loadOwned(e.execution_id))) return;
       // A claim offers one unit (a queued row, lib/shared_changes.ts). A row queued before the
       // attempt turned uncertain is not the unit the step waits for now: its worker was told
       // `redelivery: false`, so the offer is refused (the worker hears cancel) and the current
@@ -959,10 +952,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     );
     if (!o) return null;
     if (o.node_id === this.opts.nodeId) {
-      if (!ex.holds(id)) {
-        this.epochs.set(id, Number(o.epoch));
-        await ex.load([id]);
-      }
+      if (!ex.holds(id)) this.epochs.set(id, Number(o.epoch));
       const r = await ex.command(id, cmd, undefined, undefined, true);
       if (!r) return null;
       const reply = this.#replyOf(cmd, r, id);

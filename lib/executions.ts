@@ -460,7 +460,7 @@ export class Executions {
       if (this.#suspect.has(id)) await this.#resync(id);
       if (!this.#active.has(id)) {
         if (this.#loadsHere) await this.#loadOne(id);
-        else if (owned && this.#lazy) await this.#loadOwned(id);
+        else if (owned) await this.#loadOwned(id);
       }
       const a = this.#active.get(id);
       if (!a) return null;
@@ -738,12 +738,19 @@ export class Executions {
   }
 
   /**
-   * Shared mode: loads an execution memory does not hold if this node owns it (runs inside
-   * `serial`), at the epoch orbit_owners names, unless the epoch is already set.
+   * Shared mode: loads an execution this node owns that memory does not hold (an inbox entry,
+   * a forwarded command), at the epoch already set or, if none is, the one orbit_owners names.
+   * Answers whether memory holds it now (false: another node owns it).
    */
+  async loadOwned(id: string): Promise<boolean> {
+    if (!this.#active.has(id)) await this.serial(id, () => this.#loadOwned(id));
+    return this.#active.has(id);
+  }
+
+  /** `loadOwned` inside `serial`. */
   async #loadOwned(id: string): Promise<void> {
     const own = this.opts.ownership;
-    if (!own) return;
+    if (!own || this.#active.has(id)) return;
     if (!own.epochs.has(id)) {
       const o = await own.ownerOf(id);
       if (!o || o.node_id !== own.nodeId || this.#active.has(id)) return;
