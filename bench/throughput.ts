@@ -70,20 +70,12 @@ const WAITER = {
 };
 const CLIENTS = Number(values.clients);
 
-/** Resident memory of a process now (VmRSS). */
-function rssMb(pid: number): number {
+/** A process's resident memory now (VmRSS) or at its peak (VmHWM), in MB. */
+function memoryMb(pid: number, field: "VmRSS" | "VmHWM"): number {
   try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(Deno.readTextFileSync(`/proc/${pid}/status`));
-    return m ? Math.round(Number(m[1]) / 1024) : NaN;
-  } catch {
-    return NaN;
-  }
-}
-
-function peakRssMb(pid: number): number {
-  try {
-    const status = Deno.readTextFileSync(`/proc/${pid}/status`);
-    const m = status.match(/VmHWM:\s+(\d+) kB/);
+    const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(
+      Deno.readTextFileSync(`/proc/${pid}/status`),
+    );
     return m ? Math.round(Number(m[1]) / 1024) : NaN;
   } catch {
     return NaN;
@@ -314,7 +306,7 @@ async function bench(store: "sqlite" | "postgres") {
       console.error(
         `  ${WAITING} executions waiting (started in ${
           ((performance.now() - t0) / 1000).toFixed(1)
-        } s); server RSS ${rssMb(server.pid)} MB`,
+        } s); server RSS ${memoryMb(server.pid, "VmRSS")} MB`,
       );
     }
 
@@ -380,8 +372,8 @@ async function bench(store: "sqlite" | "postgres") {
       orders_per_s: Math.round((ORDERS / seconds) * 10) / 10,
       p50_ms: Math.round(pct(latencies, 0.5)),
       p99_ms: Math.round(pct(latencies, 0.99)),
-      server_peak_rss_mb: peakRssMb(server.pid),
-      server_rss_mb_after: rssMb(server.pid),
+      server_peak_rss_mb: memoryMb(server.pid, "VmHWM"),
+      server_rss_mb_after: memoryMb(server.pid, "VmRSS"),
       seconds: Math.round(seconds * 10) / 10,
       server_cpu_s: round(serverCpu, 2),
       worker_cpu_s: round(workerCpu, 2),
