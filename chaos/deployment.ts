@@ -100,12 +100,16 @@ export class Deployment {
   }
 
   serverArgs(id: string): string[] {
-    const session = ["--session-timeout", String(SESSION_TIMEOUT_S)];
-    if (this.cacheExecutions !== null) {
-      session.push("--cache-executions", String(this.cacheExecutions));
-    }
+    // Every mode's flags: the session timeout and, if given, the cache's size.
+    const common = [
+      "--session-timeout",
+      String(SESSION_TIMEOUT_S),
+      ...(this.cacheExecutions !== null
+        ? ["--cache-executions", String(this.cacheExecutions)]
+        : []),
+    ];
     if (this.mode === "standby") {
-      return ["--cluster", "--node-id", id, "--node-timeout", String(NODE_TIMEOUT_S), ...session];
+      return ["--cluster", "--node-id", id, "--node-timeout", String(NODE_TIMEOUT_S), ...common];
     }
     if (this.mode === "shared") {
       return [
@@ -118,10 +122,10 @@ export class Deployment {
         String(NODE_TIMEOUT_S),
         "--log-level",
         "debug",
-        ...session,
+        ...common,
       ];
     }
-    return session;
+    return common;
   }
 
   async start(): Promise<void> {
