@@ -10,9 +10,10 @@
  *   worker then gets 404 UNKNOWN_SESSION and registers again, as on one server.
  *   Tasks live in `orbit_tasks`, queued by their owner in the transaction of StepScheduled
  *   (lib/shared_changes.ts). A poll claims the oldest rows the session serves in one
- *   statement (sql/postgres/shared.ts, CLAIM_TASKS); for executions owned here it then
- *   records StepDispatched itself, for the others the claim wrote a `dispatched` inbox entry
- *   in the same statement and the task goes to the worker at once.
+ *   statement, those of executions owned here first unless a row owned elsewhere waited
+ *   OWN_TASK_HEAD_START_MS longer (sql/postgres/shared.ts, claimTasks); for executions owned
+ *   here it then records StepDispatched itself, for the others the claim wrote a
+ *   `dispatched` inbox entry in the same statement and the task goes to the worker at once.
  *   Attempts of executions owned here are watched: every 500 ms the owner reads the last
  *   contact of the sessions holding them; a session silent past --session-timeout, or gone,
  *   makes its attempts uncertain (redelivered with the same idempotency key). Attempts of
@@ -47,6 +48,31 @@ import * as q from "../sql/postgres/shared.ts";
 const CONTACT_FLUSH_MS = 250;
 const CONTACT_CHECK_MS = 500;
 const POLL_RECHECK_MS = 1000;
+
+/**
+ * The head start of tasks of executions this node owns in its claims (q.claimTasks $7): a
+ * row owned elsewhere goes before an own row only when it was queued more than this earlier,
+ * so it is never more than this behind strict age order, whoever polls here.
+ *
+ * 200 ms: far above what the owner's own polls need to take a fresh row (the owner wakes them
+ * at its commit, before the NOTIFY reaches anyone else; a claim is a few milliseconds), so a
+ * queue with rows of several owners sorts itself by owner, and a result reaches its owner with
+ * no forward (several statements and a NOTIFY per step). Small next to what a worker task
+ * takes and below the polls' one-second re-check, so a server without idle workers of its own,
+ * or a backlog of one server, costs the other rows at most a fifth of a second.
+ */
+export const OWN_TASK_HEAD_START_MS = 200;
+
+/**
+ * How many of the oldest matching rows a claim ranks (q.claimTasks): a few times its limit,
+ * at least 64, so that rows locked by concurrent claims (SKIP LOCKED) rarely fill it; a power
+ * of two, so that a few statement texts serve every limit.
+ */
+export function claimWindow(limit: number): number {
+  let w = 64;
+  while (w < 4 * limit) w *= 2;
+  return w;
+}
 
 export interface SharedWorkersOptions {
   nodeId: string;
@@ -134,7 +160,13 @@ export class SharedWorkers implements WorkerService {
     for (const w of [...this.#wakers]) w();
   }
 
-  /** NOTIFY orbit_tasks (or a local enqueue): waiting polls look again. */
+  /**
+   * NOTIFY orbit_tasks (or a local enqueue): waiting polls look again, at once. The
+   * notification names no owner, and a poll here that finds only rows owned elsewhere takes
+   * them without waiting: the owner's own polls were woken at its commit (cluster/shared.ts,
+   * afterCommit), before its NOTIFY went out, so they claim first; when they did not take the
+   * row, no worker is idle there, and a worker idle here is worth more than the forward saved.
+   */
   wake(): void {
     for (const w of [...this.#wakers]) w();
   }
@@ -294,7 +326,7 @@ export class SharedWorkers implements WorkerService {
   /** Claims up to `max` tasks for the session and records the dispatches owned here. */
   async #claim(s: Session, max: number): Promise<TaskPayload[]> {
     const now = this.opts.now();
-    const rows = await this.#q<ClaimedRow>(q.CLAIM_TASKS, [
+    const rows = await this.#q<ClaimedRow>(q.claimTasks(claimWindow(max)), [
       s.tasks.map((t) => ({
         task_name: t.name,
         contract_version: t.contract,
@@ -305,6 +337,7 @@ export class SharedWorkers implements WorkerService {
       s.session_id,
       s.worker_id,
       now,
+      OWN_TASK_HEAD_START_MS,
     ]);
     const owners = new Set<string>();
     for (const row of rows) {

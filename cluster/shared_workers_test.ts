@@ -82,3 +82,178 @@ Deno.test({
     }
   },
 });
+
+// ---------------------------------------------------------------------------------------------
+// The claim prefers tasks of executions this node owns (sql/postgres/shared.ts, claimTasks):
+// a worker slot pinned to a server keeps that server's executions on it. A foreign row is at
+// most OWN_TASK_HEAD_START_MS behind this node's own rows, so nobody is starved.
+
+const A = "node-a";
+const B = "node-b";
+
+/** A SharedWorkers on node A over a fresh database, with the engine faked. */
+async function claimSetup() {
+  const url = await (await sharedPostgres()).createDatabase();
+  await (await openStore(url)).close();
+  const sql = postgresClient(url, { max: 2, applicationName: "orbit-test" });
+  const dispatched: string[] = [];
+  const executions = {
+    observer: null,
+    active: new Map(),
+    remote: null,
+    command: (id: string, cmd: { step: string }) => {
+      dispatched.push(id);
+      return Promise.resolve({
+        accepted: true,
+        state: {
+          execution_id: id,
+          steps: { [cmd.step]: { redelivery: false, deadline_ms: null } },
+        },
+      });
+    },
+  } as unknown as Executions;
+  const workers = new SharedWorkers(executions, new Metrics(), {
+    nodeId: A,
+    sessionTimeoutMs: 30_000,
+    now: () => Date.now(),
+    newId: () => crypto.randomUUID(),
+    sql,
+    drainInbox: () => Promise.resolve(),
+    notify: () => {},
+    healthySince: () => 0,
+  });
+  let n = 0;
+  /** A queued task row of execution `id`, owned by `owner`, enqueued at `at`. */
+  const queue = async (
+    id: string,
+    owner: string,
+    at: number,
+    opts: { task?: string; contract?: string; language?: string | null } = {},
+  ) => {
+    const task = opts.task ?? "payments.charge";
+    const contract = opts.contract ?? "1";
+    n++;
+    await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+      VALUES (${id}, ${id}, ${owner}, 1, 0) ON CONFLICT DO NOTHING`;
+    const payload = {
+      execution_id: id,
+      step: "s",
+      attempt: 1,
+      task,
+      contract,
+      input: {},
+      idempotency_key: `k-${n}`,
+      redelivery: false,
+      deadline_ms: null,
+    };
+    await sql`INSERT INTO orbit_tasks (execution_id, task_name, contract_version, language, state,
+        enqueued_ms, payload, run_id, step, attempt, unit)
+      VALUES (${id}, ${task}, ${contract}, ${opts.language ?? null}, 'queued', ${at},
+        ${sql.json(payload)}, ${`r-${id}`}, 's', 1, ${`r-${id}/s/1/${n}`})`;
+  };
+  const session = (tasks = [{ name: "payments.charge", contract: "1" }], runtime = "typescript") =>
+    workers.register({ worker_id: "w-1", runtime, tasks, concurrency: 8 });
+  const inbox = async () => [
+    ...await sql<{ node_id: string; execution_id: string; kind: string; token: string }[]>`
+      SELECT node_id, execution_id, kind, payload->>'token' AS token FROM orbit_inbox
+      ORDER BY seq`,
+  ];
+  const close = async () => {
+    workers.stop();
+    await sql.end({ timeout: 5 });
+  };
+  return { sql, workers, queue, session, inbox, dispatched, close };
+}
+
+Deno.test({
+  name: "claim: this node's own row comes before a slightly older row owned elsewhere",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const t = await claimSetup();
+    try {
+      const base = 1_000_000;
+      // B's row waited 50 ms longer: within the head start, A's own row goes first.
+      await t.queue("b-1", B, base - 50);
+      await t.queue("a-1", A, base);
+      const s = await t.session();
+      const first = await t.workers.poll(s, 1, 0);
+      assert.deepEqual(first.map((x) => x.execution_id), ["a-1"]);
+      assert.deepEqual(t.dispatched, ["a-1"], "A records its own dispatch");
+      assert.deepEqual(await t.inbox(), [], "nothing forwarded for an own row");
+      // Then the foreign row, as before.
+      const second = await t.workers.poll(s, 1, 0);
+      assert.deepEqual(second.map((x) => x.execution_id), ["b-1"]);
+    } finally {
+      await t.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "claim: a foreign row older than the head start goes before this node's younger rows",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const t = await claimSetup();
+    try {
+      const base = 1_000_000;
+      await t.queue("b-old", B, base - 500); // waited 500 ms more than A's rows: overdue
+      await t.queue("b-new", B, base - 50); // 50 ms more: behind A's own rows
+      await t.queue("a-1", A, base);
+      await t.queue("a-2", A, base + 10);
+      const s = await t.session();
+      const got = await t.workers.poll(s, 2, 0);
+      assert.deepEqual(got.map((x) => x.execution_id).sort(), ["a-1", "b-old"]);
+      const rest = await t.workers.poll(s, 2, 0);
+      assert.deepEqual(rest.map((x) => x.execution_id).sort(), ["a-2", "b-new"]);
+      // Both foreign rows still told their owner.
+      const inbox = await t.inbox();
+      assert.deepEqual(inbox.map((e) => [e.node_id, e.execution_id, e.kind]), [
+        [B, "b-old", "dispatched"],
+        [B, "b-new", "dispatched"],
+      ]);
+    } finally {
+      await t.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "claim: contracts, language and limit hold with the preference; foreign rows are forwarded",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const t = await claimSetup();
+    try {
+      const base = 1_000_000;
+      // Own rows this session must not get, oldest of all.
+      await t.queue("a-contract", A, base - 900, { contract: "2" });
+      await t.queue("a-python", A, base - 900, { language: "python" });
+      await t.queue("a-other", A, base - 900, { task: "mail.send" });
+      // What it serves: a foreign row 100 ms older than two own rows.
+      await t.queue("b-1", B, base - 100, { language: "any" });
+      await t.queue("a-1", A, base, { language: "typescript" });
+      await t.queue("a-2", A, base + 1);
+      const s = await t.session();
+      const first = await t.workers.poll(s, 1, 0);
+      assert.deepEqual(first.map((x) => x.execution_id), ["a-1"]);
+      const second = await t.workers.poll(s, 5, 0);
+      assert.deepEqual(second.map((x) => x.execution_id).sort(), ["a-2", "b-1"]);
+      assert.equal(await t.workers.poll(s, 5, 0).then((x) => x.length), 0, "nothing else");
+      // The token names the execution; the foreign row's dispatch went to B's inbox.
+      const b = second.find((x) => x.execution_id === "b-1")!;
+      assert.match(b.token, /^b-1\/[0-9a-f-]{36}$/);
+      const inbox = await t.inbox();
+      assert.deepEqual(inbox, [
+        { node_id: B, execution_id: "b-1", kind: "dispatched", token: b.token },
+      ]);
+      assert.deepEqual(t.dispatched.sort(), ["a-1", "a-2"]);
+      const [left] = await t.sql<{ n: number }[]>`
+        SELECT count(*)::int AS n FROM orbit_tasks WHERE state = 'queued'`;
+      assert.equal(left!.n, 3, "the rows of other contracts, languages and tasks stay queued");
+    } finally {
+      await t.close();
+    }
+  },
+});

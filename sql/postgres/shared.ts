@@ -268,24 +268,76 @@ SELECT execution_id, epoch FROM orbit_owners WHERE node_id = $1 AND execution_id
 // orbit_tasks: the shared queue
 
 /**
- * Claims up to $2 of the oldest queued tasks a session serves, and in the same statement
- * writes a `dispatched` inbox entry for each one whose owner is another node (so the owner
- * records StepDispatched); the caller then notifies those owners (NOTIFY orbit_inbox, in a
- * statement of its own: see COMMIT_OWNED). SKIP LOCKED lets servers
+ * Claims up to $2 queued tasks a session serves, preferring those of executions this node
+ * owns, and in the same statement writes a `dispatched` inbox entry for each one whose owner
+ * is another node (so the owner records StepDispatched); the caller then notifies those owners
+ * (NOTIFY orbit_inbox, in a statement of its own: see COMMIT_OWNED). SKIP LOCKED lets servers
  * claim different rows at once.
+ *
+ * Which rows: a worker slot whose connection a balancer pins to this server reports its
+ * result here; when this node owns the execution, the result needs no forward and its eager
+ * dispatch keeps the execution on this node. So among the queued rows, those this node owns
+ * go first, by a head start of $7 ms: a row ranks by `enqueued_ms`, minus $7 when this node
+ * owns its execution. A row owned elsewhere therefore waits at most $7 ms longer than in
+ * strict age order, whoever polls here (a node without workers of its own, or another node's
+ * backlog, is not starved), and among rows of one kind the order is still by age.
+ *
+ * Cost on a long queue: `cand` reads, per registration, at most `window` of the oldest
+ * matching rows from `orbit_tasks_claim_idx` (state, task_name, enqueued_ms) and keeps the
+ * `window` oldest of them. Only those are looked up in `orbit_owners` and ranked; the ranked
+ * rows are then locked, LIMIT $2, SKIP LOCKED. `t.state = 'queued'` is repeated on the locked
+ * scan so that a row claimed by another server after this statement's snapshot is skipped
+ * (READ COMMITTED re-checks the locked row's new version against it). A window whose rows are
+ * all locked by concurrent claims yields nothing; the window is a few times $2 (and at least
+ * 64) so that this needs more concurrent claims than a cluster runs, and the next NOTIFY or
+ * the poll's one-second re-check looks again.
+ *
+ * The window is written into the text, not passed: with a parameter there, a generic plan
+ * (the clients prepare statements; PostgreSQL switches to one after five runs when it looks
+ * no dearer, e.g. while the queue is short) guesses 10% of the queue and joins it by
+ * sequential scans of orbit_tasks and orbit_owners, about 100 ms a claim at 100,000 queued
+ * rows; with a constant every plan stays on the indexes (below a millisecond). Callers use a
+ * few sizes (claimWindow in cluster/shared_workers.ts: powers of two), so a few statements.
+ * (A plan made while the table was nearly empty still scans it until autovacuum's next
+ * ANALYZE of the busy queue table replaces it, as for every statement here.)
+ *
  * Params: $1 registrations [{task_name, contract_version, lang}] (lang: the registration's
- * language, else the session's runtime), $2 limit, $3 me, $4 session_id, $5 worker_id, $6 now.
+ * language, else the session's runtime), $2 limit, $3 me, $4 session_id, $5 worker_id, $6 now,
+ * $7 head start of own rows in ms.
  */
-export const CLAIM_TASKS = `
+export function claimTasks(window: number): string {
+  if (!Number.isSafeInteger(window) || window < 1) throw new Error(`bad claim window ${window}`);
+  let text = claimTexts.get(window);
+  if (!text) claimTexts.set(window, text = claimText(window));
+  return text;
+}
+
+const claimTexts = new Map<number, string>();
+
+const claimText = (window: number) => `
 WITH reg AS (
-  SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(task_name text, contract_version text, lang text)
+  SELECT r.task_name, r.contract_version, array_agg(r.lang) AS langs
+  FROM jsonb_to_recordset($1::jsonb) AS r(task_name text, contract_version text, lang text)
+  GROUP BY r.task_name, r.contract_version
+),
+cand AS (
+  SELECT q.id, q.execution_id, q.enqueued_ms FROM reg r CROSS JOIN LATERAL (
+    SELECT t.id, t.execution_id, t.enqueued_ms FROM orbit_tasks t
+    WHERE t.state = 'queued' AND t.task_name = r.task_name
+      AND t.contract_version = r.contract_version
+      AND (t.language IS NULL OR t.language = 'any' OR t.language = ANY (r.langs))
+    ORDER BY t.enqueued_ms, t.id LIMIT ${window}
+  ) q
+  ORDER BY q.enqueued_ms, q.id LIMIT ${window}
+),
+win AS (
+  SELECT c.id, c.enqueued_ms - CASE WHEN o.node_id = $3 THEN $7::bigint ELSE 0 END AS rank_ms
+  FROM cand c LEFT JOIN orbit_owners o ON o.execution_id = c.execution_id
 ),
 c AS (
-  SELECT t.id FROM orbit_tasks t
-  WHERE t.state = 'queued' AND EXISTS (
-    SELECT 1 FROM reg r WHERE r.task_name = t.task_name AND r.contract_version = t.contract_version
-      AND (t.language IS NULL OR t.language = 'any' OR t.language = r.lang))
-  ORDER BY t.enqueued_ms, t.id LIMIT $2 FOR UPDATE SKIP LOCKED
+  SELECT t.id FROM win w JOIN orbit_tasks t ON t.id = w.id
+  WHERE t.state = 'queued'
+  ORDER BY w.rank_ms, t.id LIMIT $2 FOR UPDATE OF t SKIP LOCKED
 ),
 claimed AS (
   UPDATE orbit_tasks t SET state = 'claimed', token = t.execution_id || '/' || gen_random_uuid(),
