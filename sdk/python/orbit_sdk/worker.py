@@ -1,13 +1,19 @@
-"""The ORBIT worker (SPEC §4): registers the tasks it serves, long-polls for attempts with as
-many free slots as it has, runs them on a pool of at most ``concurrency`` threads, heartbeats,
-reports each result, and survives server restarts and failovers.
+"""The ORBIT worker (SPEC §4): registers the tasks it serves, runs attempts in at most
+``concurrency`` slots (threads), heartbeats, reports each result, and survives server restarts
+and failovers.
 
-Threads: one poller (registers, and registers again after 404 UNKNOWN_SESSION), one
-heartbeater (keeps the session alive, surfaces cancellations and passed deadlines to the
-tasks), and ``concurrency`` task threads. A task thread runs an attempt, then reports its
-result; the report asks for the next task in the same request (eager dispatch), so a busy
-worker needs few polls. Connection errors and every 5xx (503 NOT_LEADER included) are retried
-with exponential backoff and jitter, and logged::
+Threads: ``concurrency`` slots and one heartbeater (keeps the session alive, surfaces
+cancellations and passed deadlines to the tasks). Each slot runs its own loop on its own
+keep-alive connection: long-poll for one attempt (``max_tasks: 1``), run it, report its result
+asking for the next attempt in the same request (eager dispatch), run that one if the answer
+carries it, otherwise poll again. So ``concurrency`` long polls are held at once when the worker
+is idle, and an attempt is reported on the connection it was polled on: behind a load balancer
+that spreads connections over the servers of a cluster, the result reaches the server that
+handed the attempt out (the owner of its execution), and the next step of that execution
+follows on the same connection, with no forwarding between servers. All slots share one
+session; the first slot that needs one registers (and registers again after 404
+UNKNOWN_SESSION) while the others wait for it. Connection errors and every 5xx (503
+NOT_LEADER included) are retried with exponential backoff and jitter, and logged::
 
     WARNING orbit poll failed: cannot reach ORBIT runtime at http://…: Remote end closed connection without response; retrying in 0.2s
 
@@ -27,13 +33,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import signal
 import ssl
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._http import Abort, Backoff, RequestAborted, Transport, format_seconds
 from .contracts import from_json
@@ -71,7 +77,8 @@ class Worker:
     :param server: base URL of the runtime, or of the load balancer in front of a cluster
     :param worker_id: this worker's identity (``worker_id`` of registration and workers file)
     :param token: bearer token (a worker's own token when the server has a workers file)
-    :param concurrency: attempts run at once (threads)
+    :param concurrency: attempts run at once: slots (threads), each polling and reporting on
+        its own connection
     :param runtime: reported at registration; tasks pinned ``language: python`` go to it
     :param poll_wait_s: long-poll wait, at most 60
     :param heartbeat_s: interval between heartbeats
@@ -109,17 +116,23 @@ class Worker:
         self._tasks: Dict[Tuple[str, str], TaskDefinition] = {}
 
         self._lock = threading.Condition()
+        # Held by the one slot (or start()) that registers; the others wait for its session.
+        self._register_lock = threading.Lock()
         self._state = "new"
         self._session: Optional[str] = None
         self._registered_once = False
-        self._running = 0  # slots taken: attempts queued, running or being reported
+        # Attempts taken and not yet reported: running, being reported, or in the backlog.
+        self._running = 0
         self._inflight: Dict[str, _Inflight] = {}
-        self._queue: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
-        self._poll_abort: Optional[Tuple[str, Abort]] = None
+        # Attempts handed out beyond the one a slot asked for; free slots take them first.
+        self._backlog: Deque[Dict[str, Any]] = deque()
+        # The long poll each slot has in progress (its session and its Abort), by slot.
+        self._polls: Dict[int, Tuple[str, Abort]] = {}
+        self._slots_alive = 0
         self._stopping = threading.Event()
-        # Cuts the poller's backoff short: stop(), or a heartbeat that found the session unknown
-        # (the runtime is back and the poller should register now).
-        self._wake = threading.Event()
+        # Bumped to cut every backoff sleep short: stop(), or a heartbeat that found the session
+        # unknown (the runtime is back and a slot should register now).
+        self._wakes = 0
         self._hb_stop = threading.Event()
         self._abandon = threading.Event()
         self._done = threading.Event()
@@ -218,13 +231,16 @@ class Worker:
             self._transport.close_all()
             self._done.set()
             raise
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._slots_alive = self.concurrency
         for i in range(self.concurrency):
-            self._spawn(self._task_loop, f"orbit-task-{i}")
-        self._spawn(self._poll_loop, "orbit-poll")
+            self._spawn(self._slot_loop, f"orbit-task-{i}", i)
         self._spawn(self._heartbeat_loop, "orbit-heartbeat")
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
-        t = threading.Thread(target=target, name=name, daemon=True)
+    def _spawn(self, target: Callable[..., None], name: str, *args: Any) -> None:
+        t = threading.Thread(target=target, name=name, args=args, daemon=True)
         self._threads.append(t)
         t.start()
 
@@ -270,11 +286,11 @@ class Worker:
                 return
             self._state = "stopping"
             self._stopping.set()
-            self._wake.set()
+            self._wakes += 1
             self._lock.notify_all()
-            current = self._poll_abort
-        if current is not None:
-            current[1].abort()
+            polls = [abort for _session, abort in self._polls.values()]
+        for abort in polls:  # every slot's long poll ends now
+            abort.abort()
         t = threading.Thread(target=self._shutdown, args=(grace_s,), name="orbit-stop", daemon=True)
         self._shutdown_thread = t
         t.start()
@@ -301,7 +317,8 @@ class Worker:
             with self._lock:
                 if self._running:
                     self.logger.info("stopping: waiting for %d running task(s)", self._running)
-                while self._running > 0:
+                # The slots end once their attempts are reported (their polls were cut).
+                while self._running > 0 or self._slots_alive > 0:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         break
@@ -324,8 +341,6 @@ class Worker:
                     while self._running > 0 and time.monotonic() < end:
                         self._lock.wait(0.05)
             self._hb_stop.set()
-            for _ in range(self.concurrency):
-                self._queue.put(None)
             self._unregister()
         finally:
             if self._running == 0:
@@ -351,16 +366,25 @@ class Worker:
         }
 
     def _ensure_session(self) -> str:
-        """The current session, registering (with retries) when there is none. Only the
-        poller and start() call it, so registrations never overlap."""
+        """The current session, registering (with retries) when there is none. Registrations
+        never overlap: one caller registers, and the others (slots that saw the same
+        UNKNOWN_SESSION) wait for it and take its session."""
         session = self._session
         if session:
             return session
+        with self._register_lock:
+            session = self._session
+            if session:
+                return session
+            return self._register()
+
+    def _register(self) -> str:
         backoff = self._new_backoff()
         body = self._register_body()
         while True:
             if self._stopping.is_set():
                 raise _Stopped()
+            wakes = self._wakes
             try:
                 res = self._transport.post(
                     "/v1/workers/register", body, timeout=self.request_timeout_s
@@ -384,7 +408,7 @@ class Worker:
                     self._describe(err),
                     format_seconds(delay),
                 )
-                self._pause(delay)
+                self._pause(delay, wakes)
                 if self._stopping.is_set():
                     raise _Stopped()
         self._session = session
@@ -399,19 +423,23 @@ class Worker:
         return session
 
     def _forget_session(self, session: str, op: str) -> None:
+        """Drops ``session`` after 404 UNKNOWN_SESSION (once: a slot that sees it after another
+        already dropped it, or after a new registration, does nothing). Cuts the backoff sleeps
+        and the long polls of that session short so that a slot registers at once."""
         with self._lock:
             if self._session != session:
                 return
             self._session = None
-            current = self._poll_abort
+            self._wakes += 1
+            self._lock.notify_all()
+            polls = [abort for s, abort in self._polls.values() if s == session]
         self.logger.warning(
             "%s: the runtime does not know session %s (UNKNOWN_SESSION); registering again",
             op,
             session,
         )
-        self._wake.set()
-        if current is not None and current[0] == session:
-            current[1].abort()
+        for abort in polls:
+            abort.abort()
 
     def _unregister(self) -> None:
         session = self._session
@@ -440,107 +468,128 @@ class Worker:
                 self.logger.warning("unregister failed: %s; giving up", self._describe(err))
                 return
 
-    # ---- polling --------------------------------------------------------------------------
+    # ---- slots --------------------------------------------------------------------------
 
-    def _pause(self, seconds: float) -> None:
-        """The poller's backoff sleep, cut short by :attr:`_wake`."""
-        self._wake.wait(seconds)
-        self._wake.clear()
-
-    def _free_slots(self) -> int:
-        return self.concurrency - self._running
-
-    def _poll_loop(self) -> None:
-        backoff = self._new_backoff()
-        while not self._stopping.is_set():
-            with self._lock:
-                while self._free_slots() <= 0 and not self._stopping.is_set():
-                    self._lock.wait(1.0)
-            if self._stopping.is_set():
-                break
-            try:
-                session = self._ensure_session()
-            except _Stopped:
-                break
-            except Exception as err:  # defensive: never let the poller die
-                self.logger.error("register failed: %s", self._describe(err))
-                self._pause(backoff.next())
-                continue
-            max_tasks = max(1, self._free_slots())
-            abort = Abort()
-            with self._lock:
-                if self._stopping.is_set():
-                    break
-                self._poll_abort = (session, abort)
-            try:
-                res = self._transport.post(
-                    "/v1/workers/poll",
-                    {"session_id": session, "max_tasks": max_tasks, "wait_s": self.poll_wait_s},
-                    timeout=self.poll_wait_s + 15,
-                    abort=abort,
-                )
-            except RequestAborted:
-                continue  # stopping, or the session was found unknown elsewhere
-            except Exception as err:
-                if is_unknown_session(err):
-                    self._forget_session(session, "poll")
-                    continue
-                if self._stopping.is_set():
-                    break
-                delay = backoff.next()
-                level = logging.WARNING if is_retryable(err) else logging.ERROR
-                self.logger.log(
-                    level, "poll failed: %s; retrying in %s", self._describe(err), format_seconds(delay)
-                )
-                self._pause(delay)
-                continue
-            finally:
-                with self._lock:
-                    self._poll_abort = None
-            tasks = res.get("tasks") if isinstance(res, dict) else None
-            if not isinstance(tasks, list):
-                delay = backoff.next()
-                self.logger.error(
-                    "poll answered %s, not {\"tasks\": [...]}; retrying in %s",
-                    _snippet(res),
-                    format_seconds(delay),
-                )
-                self._pause(delay)
-                continue
-            backoff.reset()
-            if len(tasks) > max_tasks:
-                self.logger.warning("poll answered %d tasks for max_tasks=%d", len(tasks), max_tasks)
-            for task in tasks:
-                self._accept(task)
-
-    def _accept(self, task: Any) -> None:
-        """Takes a slot for a polled attempt and queues it for a task thread."""
-        if not isinstance(task, dict) or not isinstance(task.get("token"), str) or not task["token"]:
-            self.logger.error("the runtime handed out a task without a token; ignoring it: %s", _snippet(task))
-            return
+    def _pause(self, seconds: float, wakes: int) -> None:
+        """A backoff sleep, cut short by stop() and by a forgotten session (also when that
+        happened since ``wakes`` was read, before the sleep began)."""
+        end = time.monotonic() + seconds
         with self._lock:
+            while self._wakes == wakes and not self._stopping.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                self._lock.wait(left)
+
+    def _slot_loop(self, slot: int) -> None:
+        """One slot: takes an attempt (from the backlog, else by a long poll of its own), runs
+        it and the attempts its reports hand out, then polls again; ends when stopping."""
+        backoff = self._new_backoff()
+        try:
+            while True:
+                with self._lock:
+                    task = self._backlog.popleft() if self._backlog else None
+                if task is None:
+                    if self._stopping.is_set():
+                        return
+                    task = self._poll(slot, backoff)
+                    if task is None:
+                        continue
+                try:
+                    self._run_chain(task)
+                except Exception:  # a bug here must not kill the slot
+                    self.logger.exception("internal error running %s", task.get("token"))
+        finally:
+            with self._lock:
+                self._slots_alive -= 1
+                self._lock.notify_all()
+
+    def _poll(self, slot: int, backoff: Backoff) -> Optional[Dict[str, Any]]:
+        """One long poll for one attempt on this slot's connection. Answers the attempt it
+        took (counted in ``_running``), or None: nothing handed out, a failure (after its
+        backoff sleep), stopping."""
+        wakes = self._wakes
+        try:
+            session = self._ensure_session()
+        except _Stopped:
+            return None
+        except Exception as err:  # defensive: never let a slot die
+            self.logger.error("register failed: %s", self._describe(err))
+            self._pause(backoff.next(), wakes)
+            return None
+        abort = Abort()
+        with self._lock:
+            if self._stopping.is_set():
+                return None
+            self._polls[slot] = (session, abort)
+        try:
+            res = self._transport.post(
+                "/v1/workers/poll",
+                {"session_id": session, "max_tasks": 1, "wait_s": self.poll_wait_s},
+                timeout=self.poll_wait_s + 15,
+                abort=abort,
+            )
+        except RequestAborted:
+            return None  # stopping, or the session was found unknown elsewhere
+        except Exception as err:
+            if is_unknown_session(err):
+                self._forget_session(session, "poll")
+                return None
+            if self._stopping.is_set():
+                return None
+            delay = backoff.next()
+            level = logging.WARNING if is_retryable(err) else logging.ERROR
+            self.logger.log(
+                level, "poll failed: %s; retrying in %s", self._describe(err), format_seconds(delay)
+            )
+            self._pause(delay, wakes)
+            return None
+        finally:
+            with self._lock:
+                self._polls.pop(slot, None)
+        tasks = res.get("tasks") if isinstance(res, dict) else None
+        if not isinstance(tasks, list):
+            delay = backoff.next()
+            self.logger.error(
+                "poll answered %s, not {\"tasks\": [...]}; retrying in %s",
+                _snippet(res),
+                format_seconds(delay),
+            )
+            self._pause(delay, wakes)
+            return None
+        backoff.reset()
+        if len(tasks) > 1:
+            self.logger.warning("poll answered %d tasks for max_tasks=%d", len(tasks), 1)
+        with self._lock:
+            return self._take(tasks)
+
+    def _take(self, tasks: List[Any]) -> Optional[Dict[str, Any]]:
+        """Takes the attempts of a poll's or a report's answer (``_lock`` held): answers the
+        first for the calling slot to run; more than one (more than asked for) go to the
+        backlog. An attempt handed out again while it runs here is ignored."""
+        first: Optional[Dict[str, Any]] = None
+        for task in tasks:
+            if not isinstance(task, dict) or not isinstance(task.get("token"), str) or not task["token"]:
+                self.logger.error(
+                    "the runtime handed out a task without a token; ignoring it: %s", _snippet(task)
+                )
+                continue
             if task["token"] in self._inflight:
                 self.logger.debug("task %s handed out again while it runs here; ignoring", task["token"])
-                return
+                continue
             self._inflight[task["token"]] = _Inflight(task=task)
             self._running += 1
-        self._queue.put(task)
+            if first is None:
+                first = task
+            else:
+                self._backlog.append(task)
+        return first
 
     # ---- running tasks --------------------------------------------------------------------
 
-    def _task_loop(self) -> None:
-        while True:
-            task = self._queue.get()
-            if task is None:
-                return
-            try:
-                self._run_chain(task)
-            except Exception:  # a bug here must not kill the thread
-                self.logger.exception("internal error running %s", task.get("token"))
-
     def _run_chain(self, task: Dict[str, Any]) -> None:
-        """Runs an attempt and reports it; when the report hands out the next attempt, runs
-        that one in the same slot."""
+        """Runs an attempt and reports it on this slot's connection; when the report hands out
+        the next attempt, runs that one in the same slot."""
         current: Optional[Dict[str, Any]] = task
         try:
             while current is not None:
@@ -558,29 +607,16 @@ class Worker:
                 following = self._deliver(current, outcome, take)
                 with self._lock:
                     self._inflight.pop(token, None)
+                    self._running -= 1
                     current = None
-                    for t in following:
-                        ok = isinstance(t, dict) and isinstance(t.get("token"), str) and t["token"]
-                        if not ok:
-                            self.logger.error(
-                                "the runtime handed out a task without a token; ignoring it: %s",
-                                _snippet(t),
-                            )
-                        elif t["token"] in self._inflight:
-                            pass
-                        elif current is None:
-                            current = t
-                            self._inflight[t["token"]] = _Inflight(task=t)
-                        else:  # more than asked for: each takes a slot of its own
-                            self._inflight[t["token"]] = _Inflight(task=t)
-                            self._running += 1
-                            self._queue.put(t)
+                    current = self._take(following)
+                    self._lock.notify_all()
         finally:
-            with self._lock:
-                if current is not None:  # left by an error: no result will come from here
+            if current is not None:  # left by an error: no result will come from here
+                with self._lock:
                     self._inflight.pop(current["token"], None)
-                self._running -= 1
-                self._lock.notify_all()
+                    self._running -= 1
+                    self._lock.notify_all()
 
     def _execute(self, task: Dict[str, Any]) -> Outcome:
         name, contract = str(task.get("task")), str(task.get("contract"))
@@ -730,7 +766,7 @@ class Worker:
                             self.logger.info("deadline passed token=%s step=%s", ctx.token, ctx.step)
                             ctx._cancel("deadline")
             if not session:
-                return None  # the poller registers again
+                return None  # a slot registers again
             try:
                 res = self._transport.post(
                     "/v1/workers/heartbeat",

@@ -1,12 +1,16 @@
 """A fake ORBIT runtime for unit tests: ``http.server`` in a thread, speaking the worker
-protocol well enough, recording every request, and misbehaving on demand (scripted answers:
-garbage, a connection closed before or in the middle of a response, 5xx, 404 UNKNOWN_SESSION).
+protocol well enough, recording every request (with the client port of its connection), and
+misbehaving on demand (scripted answers: garbage, a connection closed before or in the middle of
+a response, 5xx, 404 UNKNOWN_SESSION). A long poll is held up to ``poll_hold_s``; the polls held
+now are in ``held``, and one the client cut (closed its connection) is marked ``cut``.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,12 +19,26 @@ from urllib.parse import urlsplit
 
 
 class Recorded:
-    def __init__(self, method: str, path: str, query: str, body: Any, headers: Dict[str, str]):
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        body: Any,
+        headers: Dict[str, str],
+        port: int = 0,
+        gone: Callable[[], bool] = lambda: False,
+    ):
         self.method = method
         self.path = path
         self.query = query
         self.body = body
         self.headers = headers
+        self.port = port  # the client's port: one per connection
+        self.thread = threading.current_thread().name
+        self.gone = gone  # whether the client has closed the connection
+        self.handed: List[str] = []  # a poll's: the tokens it handed out
+        self.cut = False  # a poll's: the client closed the connection while it was held
 
     def __repr__(self) -> str:
         return f"{self.method} {self.path} {json.dumps(self.body)[:120]}"
@@ -40,6 +58,9 @@ class FakeOrbit:
         self.sessions: set = set()
         self.cancel: List[str] = []
         self.handlers: Dict[str, Callable[[Recorded], Optional[Answer]]] = {}
+        self.poll_hold_s = 0.2  # a poll is held at most this long (and at most its wait_s)
+        self.held: List[Recorded] = []  # the polls held now
+        self.closed = threading.Event()
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self._n = 0
@@ -59,12 +80,27 @@ class FakeOrbit:
                 except ValueError:
                     body = raw.decode(errors="replace")
                 parts = urlsplit(self.path)
-                rec = Recorded(self.command, parts.path, parts.query, body, dict(self.headers))
+                rec = Recorded(
+                    self.command,
+                    parts.path,
+                    parts.query,
+                    body,
+                    dict(self.headers),
+                    self.client_address[1],
+                    self._client_gone,
+                )
                 with fake.changed:
                     fake.requests.append(rec)
                     fake.changed.notify_all()
                 answer = fake._answer(rec)
                 self._send(answer)
+
+            def _client_gone(self) -> bool:
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    return True
 
             def _send(self, answer: Answer) -> None:
                 kind = answer[0]
@@ -111,6 +147,7 @@ class FakeOrbit:
         self.thread.start()
 
     def close(self) -> None:
+        self.closed.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -122,6 +159,12 @@ class FakeOrbit:
             self.scripts.setdefault(path, []).extend(answers)
 
     def add_task(self, **task: Any) -> Dict[str, Any]:
+        full = self.new_task(**task)
+        self.tasks.put(full)
+        return full
+
+    def new_task(self, **task: Any) -> Dict[str, Any]:
+        """A task as a poll hands it out, not queued (for an answer that carries it)."""
         self._n += 1
         n = self._n
         full = {
@@ -137,7 +180,6 @@ class FakeOrbit:
             "deadline_ms": None,
         }
         full.update(task)
-        self.tasks.put(full)
         return full
 
     def of(self, path: str) -> List[Recorded]:
@@ -188,13 +230,30 @@ class FakeOrbit:
                 )
         if rec.path == "/v1/workers/poll":
             picked: List[Dict[str, Any]] = []
-            end = time.monotonic() + min(float(body.get("wait_s", 0.2)), 0.2)
-            while len(picked) < int(body.get("max_tasks", 1)):
-                try:
-                    picked.append(self.tasks.get(timeout=max(0.0, end - time.monotonic())))
-                except queue.Empty:
-                    break
-                end = time.monotonic()  # answer with what is there now
+            end = time.monotonic() + min(float(body.get("wait_s", 0.2)), self.poll_hold_s)
+            with self.changed:
+                self.held.append(rec)
+                self.changed.notify_all()
+            try:
+                while len(picked) < int(body.get("max_tasks", 1)):
+                    left = end - time.monotonic()
+                    try:
+                        picked.append(self.tasks.get(timeout=max(0.0, min(left, 0.05))))
+                        end = time.monotonic()  # answer with what is there now
+                        continue
+                    except queue.Empty:
+                        pass
+                    if left <= 0 or self.closed.is_set():
+                        break
+                    if body.get("session_id") not in self.sessions:
+                        break  # forgotten meanwhile: 404 now
+                    if rec.gone():
+                        rec.cut = True
+                        return ("close",)
+            finally:
+                with self.changed:
+                    self.held.remove(rec)
+                    self.changed.notify_all()
             if body.get("session_id") not in self.sessions:  # forgotten meanwhile: keep them
                 for task in picked:
                     self.tasks.put(task)
@@ -203,6 +262,7 @@ class FakeOrbit:
                     404,
                     {"error": {"code": "UNKNOWN_SESSION", "message": "unknown session"}},
                 )
+            rec.handed = [t["token"] for t in picked if isinstance(t, dict)]
             return ("json", 200, {"tasks": picked})
         if rec.path == "/v1/workers/heartbeat":
             with self.lock:

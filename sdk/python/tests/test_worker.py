@@ -68,7 +68,7 @@ class WorkerTest(unittest.TestCase):
         self.workers.append(w)
         return w
 
-    def test_registers_polls_with_free_slots_and_completes(self) -> None:
+    def test_registers_polls_and_completes(self) -> None:
         w = self.worker(concurrency=3, token="worker-token-0123456789")
 
         @w.task("orders.total", contract="1")
@@ -86,7 +86,7 @@ class WorkerTest(unittest.TestCase):
             "Bearer worker-token-0123456789",
         )
         self.fake.wait_for("a poll", lambda: self.fake.of("/v1/workers/poll"))
-        self.assertEqual(self.fake.of("/v1/workers/poll")[0].body["max_tasks"], 3)
+        self.assertEqual(self.fake.of("/v1/workers/poll")[0].body["max_tasks"], 1)
 
         task = self.fake.add_task(
             task="orders.total", input={"order_id": "o-1", "items": [{"sku": "a", "qty": 2}]}
@@ -98,6 +98,111 @@ class WorkerTest(unittest.TestCase):
         # The report asks for the next attempt in the same request (eager dispatch).
         self.assertEqual(done[0].body["max_tasks"], 1)
         self.assertEqual(done[0].body["session_id"], w.session_id)
+
+    def test_every_slot_holds_a_poll_of_its_own_on_its_own_connection(self) -> None:
+        w = self.worker(concurrency=4, poll_wait_s=30)
+        self.fake.poll_hold_s = 30
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return {}
+
+        w.start()
+        held = self.fake.wait_for("four polls held at once", lambda: len(self.fake.held) == 4 and list(self.fake.held))
+        self.assertEqual(len({r.port for r in held}), 4, [r.port for r in held])
+        for poll in held:
+            self.assertEqual(poll.body["max_tasks"], 1)
+            self.assertEqual(poll.body["session_id"], w.session_id)
+        self.assertEqual(len(self.fake.of("/v1/workers/register")), 1)
+        time.sleep(0.2)
+        self.assertEqual(len(self.fake.held), 4)  # no more than one poll per slot
+
+    def test_a_slot_reports_on_the_connection_it_polled_on_and_runs_what_the_answer_carries(self) -> None:
+        w = self.worker(concurrency=3, poll_wait_s=30)
+        self.fake.poll_hold_s = 30
+        ran = []
+
+        @w.task("t", contract="1")
+        def t(_inp, ctx: TaskContext):
+            ran.append((ctx.token, threading.current_thread().name))
+            return {"ok": 1}
+
+        follow = self.fake.new_task(task="t")
+        first_token: List[str] = []
+
+        def complete(rec):
+            if rec.body["token"] in first_token:  # eager dispatch: the next step comes along
+                return ("json", 200, {"accepted": True, "tasks": [follow]})
+            return None
+
+        self.fake.handlers["/v1/tasks/complete"] = complete
+        w.start()
+        self.fake.wait_for("a poll held", lambda: self.fake.held)
+        first = self.fake.add_task(task="t")
+        first_token.append(first["token"])
+        done = self.fake.wait_for("two results", lambda: len(self.fake.results()) >= 2 and self.fake.results())
+        poll = [r for r in self.fake.of("/v1/workers/poll") if first["token"] in r.handed]
+        self.assertEqual(len(poll), 1)
+        self.assertEqual([r.body["token"] for r in done], [first["token"], follow["token"]])
+        # Both results go out on the connection the attempt was polled on.
+        self.assertEqual([r.port for r in done], [poll[0].port, poll[0].port])
+        self.assertEqual(done[0].body["session_id"], w.session_id)
+        self.assertEqual(done[0].body["max_tasks"], 1)
+        # The attempt the answer carried ran in the same slot, with no poll in between.
+        self.assertEqual([tok for tok, _ in ran], [first["token"], follow["token"]])
+        self.assertEqual(ran[0][1], ran[1][1])
+        between = self.fake.requests[self.fake.requests.index(done[0]) : self.fake.requests.index(done[1])]
+        self.assertEqual([r for r in between if r.path == "/v1/workers/poll" and r.port == poll[0].port], [])
+
+    def test_stop_cuts_every_held_poll_at_once(self) -> None:
+        w = self.worker(concurrency=4, poll_wait_s=30)
+        self.fake.poll_hold_s = 30
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return {}
+
+        w.start()
+        held = self.fake.wait_for("four polls held at once", lambda: len(self.fake.held) == 4 and list(self.fake.held))
+        began = time.monotonic()
+        w.stop(grace_s=10)
+        self.assertTrue(w.wait(5))
+        self.assertLess(time.monotonic() - began, 2)
+        self.fake.wait_for("every held poll cut", lambda: all(r.cut for r in held), timeout=2)
+        self.assertEqual(self.fake.held, [])
+        self.assertEqual(len(self.fake.of("/v1/workers/unregister")), 1)
+        self.assertEqual([t.name for t in w._threads if t.is_alive() and t.name.startswith("orbit-task")], [])
+
+    def test_slots_that_see_unknown_session_at_once_register_once(self) -> None:
+        w = self.worker(concurrency=6, poll_wait_s=30)
+        self.fake.poll_hold_s = 30
+
+        @w.task("t", contract="1")
+        def t(_inp, _ctx):
+            return {"ok": 1}
+
+        w.start()
+        first = w.session_id
+        self.fake.wait_for("six polls held", lambda: len(self.fake.held) == 6)
+        # A slow registration: every slot needs the new session while it is being made.
+        self.fake.handlers["/v1/workers/register"] = lambda rec: time.sleep(0.3)
+        with self.assertLogs("orbit", level="INFO") as logs:
+            with self.fake.lock:
+                self.fake.sessions.clear()  # the runtime restarted: every held poll answers 404
+            self.fake.wait_for("a new registration", lambda: len(self.fake.of("/v1/workers/register")) >= 2)
+            second = self.fake.wait_for("the new session", lambda: w.session_id not in (None, first) and w.session_id)
+            self.fake.wait_for(
+                "six polls of the new session held",
+                lambda: len([r for r in self.fake.held if r.body["session_id"] == second]) == 6,
+            )
+            time.sleep(0.3)
+        self.assertEqual(len(self.fake.of("/v1/workers/register")), 2)
+        self.assertEqual(w.session_id, second)
+        text = "\n".join(logs.output)
+        self.assertEqual(text.count("worker registered worker_id=w-test"), 1, text)
+        self.assertEqual(text.count("(UNKNOWN_SESSION); registering again"), 1, text)
+        self.fake.add_task(task="t")
+        self.fake.wait_for("a completion", lambda: self.fake.of("/v1/tasks/complete"))
 
     def test_a_task_that_raises_is_one_fail(self) -> None:
         w = self.worker()
