@@ -51,6 +51,15 @@ export interface WorkerOptions {
   requestTimeoutMs?: number;
   /** A `fetch` implementation (default: the global one). */
   fetch?: typeof fetch;
+  /**
+   * Each concurrency slot polls for one task at a time and reports its results on an HTTP
+   * connection of its own (default `true`; needs Deno's `Deno.createHttpClient`, elsewhere and
+   * with a custom `fetch` the slots share the `fetch` pool). Behind a load balancer that
+   * spreads connections over the servers of a cluster in shared mode, a slot's tasks then come
+   * from the server its connection reaches, which prefers the executions it owns, and their
+   * results go back to that owner instead of being forwarded between servers.
+   */
+  connectionPerSlot?: boolean;
 }
 
 /** Options of {@link Worker.stop}. */
@@ -89,6 +98,41 @@ export interface TaskFailure {
 type Outcome =
   | { kind: "complete"; output: unknown }
   | { kind: "fail"; error: TaskFailure };
+
+/** One concurrency slot: its connection and its long poll. */
+interface Slot {
+  readonly index: number;
+  readonly transport: Transport;
+  /** The slot's own HTTP client (one pooled connection), when the runtime offers one. */
+  readonly client: { close(): void } | null;
+  poll: { sessionId: string; controller: AbortController } | null;
+  /** The task this slot runs and the ones that follow it from results' answers. */
+  chain: Promise<void> | null;
+  /** Resolved when the slot will not poll again (the worker is stopping). */
+  readonly pollsOver: Deferred;
+}
+
+/** A promise and its resolve (Promise.withResolvers is not in Node 20). */
+interface Deferred {
+  readonly promise: Promise<void>;
+  resolve(): void;
+}
+
+function deferred(): Deferred {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+type HttpClientFactory = (options: { poolMaxIdlePerHost?: number }) => { close(): void };
+
+/** Deno's `Deno.createHttpClient`, where the worker runs on Deno. */
+function denoHttpClient(): HttpClientFactory | undefined {
+  const deno = (globalThis as { Deno?: { createHttpClient?: HttpClientFactory } }).Deno;
+  return typeof deno?.createHttpClient === "function"
+    ? deno.createHttpClient.bind(deno)
+    : undefined;
+}
 
 interface Inflight {
   task: PolledTask;
@@ -146,12 +190,12 @@ export class Worker {
   readonly #abandon = new AbortController();
 
   readonly #inflight = new Map<string, Inflight>();
+  /** Tasks an answer carried beyond the one asked for; the next free slot runs them. */
   readonly #backlog: PolledTask[] = [];
-  #running = 0;
-  #wakeSlot: (() => void) | null = null;
-  #currentPoll: { sessionId: string; controller: AbortController } | null = null;
+  readonly #slots: Slot[];
+  readonly #connectionPerSlot: boolean;
+  #slotsStarted = false;
 
-  #pollLoop: Promise<void> = Promise.resolve();
   #hbLoop: Promise<void> = Promise.resolve();
   #stopPromise: Promise<void> | null = null;
   #resolveDone!: () => void;
@@ -175,6 +219,27 @@ export class Worker {
       token: options.token,
       fetch: options.fetch,
     });
+    const pinned = options.connectionPerSlot !== false && !options.fetch &&
+      typeof denoHttpClient() === "function";
+    this.#connectionPerSlot = pinned;
+    this.#slots = Array.from({ length: this.concurrency }, (_, index) => {
+      const client = pinned ? denoHttpClient()!({ poolMaxIdlePerHost: 1 }) : null;
+      const transport = client
+        ? new Transport({
+          server: options.server,
+          token: options.token,
+          fetch: (input, init) => fetch(input, { ...init, client } as unknown as RequestInit),
+        })
+        : this.#transport;
+      return {
+        index,
+        transport,
+        client,
+        poll: null,
+        chain: null,
+        pollsOver: deferred(),
+      };
+    });
     for (const task of options.tasks) {
       const key = taskKey(task.name, task.contract);
       if (this.#tasks.has(key)) {
@@ -194,6 +259,11 @@ export class Worker {
   /** The current session id, if registered. */
   get sessionId(): string | null {
     return this.#session;
+  }
+
+  /** Whether each slot has a connection of its own (see {@link WorkerOptions.connectionPerSlot}). */
+  get connectionPerSlot(): boolean {
+    return this.#connectionPerSlot;
   }
 
   /** Tokens of the attempts being run or reported. */
@@ -225,7 +295,8 @@ export class Worker {
     }
     if (this.#stopping.signal.aborted) return;
     this.#state = "running";
-    this.#pollLoop = this.#runPollLoop();
+    this.#slotsStarted = true;
+    for (const slot of this.#slots) void this.#runSlot(slot);
     this.#hbLoop = this.#runHeartbeatLoop();
   }
 
@@ -254,7 +325,6 @@ export class Worker {
     }
     this.#state = "stopping";
     this.#stopping.abort(new Stopped());
-    this.#wakeSlot?.();
     this.#stopPromise = this.#shutdown(options);
     return this.#stopPromise;
   }
@@ -263,7 +333,7 @@ export class Worker {
     let timer: ReturnType<typeof setTimeout> | undefined;
     try {
       if (this.#registering) await this.#registering.catch(() => {});
-      await this.#pollLoop;
+      if (this.#slotsStarted) await Promise.all(this.#slots.map((slot) => slot.pollsOver.promise));
       if (this.#inflight.size > 0 || this.#backlog.length > 0) {
         this.logger.info(`stopping: waiting for ${this.#inflight.size} running task(s)`);
       }
@@ -294,6 +364,7 @@ export class Worker {
       await this.#hbLoop;
       await this.#unregister();
     } finally {
+      for (const slot of this.#slots) slot.client?.close();
       if (timer !== undefined) clearTimeout(timer);
       this.#state = "stopped";
       this.logger.info("worker stopped", { worker_id: this.workerId });
@@ -302,9 +373,12 @@ export class Worker {
   }
 
   async #drained(): Promise<void> {
-    while (this.#inflight.size > 0 || this.#backlog.length > 0) {
-      this.#dispatchBacklog();
-      await Promise.allSettled([...this.#inflight.values()].map((e) => e.done));
+    const chains = () => this.#slots.flatMap((slot) => (slot.chain ? [slot.chain] : []));
+    while (this.#inflight.size > 0 || this.#backlog.length > 0 || chains().length > 0) {
+      // Tasks accepted but not started yet (a runtime that answered more than it was asked).
+      const slot = this.#slots[0]!;
+      for (const task of this.#backlog.splice(0)) void this.#run(slot, task);
+      await Promise.allSettled([...this.#inflight.values()].map((e) => e.done).concat(chains()));
     }
   }
 
@@ -362,9 +436,9 @@ export class Worker {
     this.logger.warn(
       `${op}: the runtime does not know session ${sessionId} (UNKNOWN_SESSION); registering again`,
     );
-    // A long poll of that session is pointless now: end it, the loop registers and polls again.
-    if (this.#currentPoll?.sessionId === sessionId) {
-      this.#currentPoll.controller.abort(new SessionLost());
+    // A long poll of that session is pointless now: end it, the slot registers and polls again.
+    for (const slot of this.#slots) {
+      if (slot.poll?.sessionId === sessionId) slot.poll.controller.abort(new SessionLost());
     }
   }
 
@@ -395,130 +469,160 @@ export class Worker {
     }
   }
 
-  // ---- polling ------------------------------------------------------------------------
+  // ---- slots: each polls, runs and reports on a connection of its own ------------------
 
-  #freeSlots(): number {
-    return this.concurrency - this.#running - this.#backlog.length;
-  }
-
-  async #waitForSlot(): Promise<void> {
-    while (this.#freeSlots() <= 0 && !this.#stopping.signal.aborted) {
-      await new Promise<void>((resolve) => (this.#wakeSlot = resolve));
-      this.#wakeSlot = null;
-    }
-  }
-
-  async #runPollLoop(): Promise<void> {
+  /**
+   * One concurrency slot's loop: a long poll for one task on the slot's connection, the task
+   * run, its result reported on the same connection with a request for the next task (eager
+   * dispatch), and so on while answers carry one. Behind a balancer that spreads connections
+   * over the servers of a cluster, the slot's poll, its result and the next step all reach
+   * the same server, the one that owns the execution.
+   */
+  async #runSlot(slot: Slot): Promise<void> {
     const backoff = new Backoff(this.#backoff);
     const stop = this.#stopping.signal;
+    try {
+      await this.#slotLoop(slot, stop, backoff);
+    } finally {
+      slot.pollsOver.resolve();
+    }
+  }
+
+  async #slotLoop(slot: Slot, stop: AbortSignal, backoff: Backoff): Promise<void> {
     while (!stop.aborted) {
-      try {
-        await this.#waitForSlot();
-        if (stop.aborted) break;
-        const sessionId = await this.#ensureSession();
-        const maxTasks = this.#freeSlots();
-        let res: { tasks?: PolledTask[] } | null;
-        // Aborted by stop(), or when the session is found unknown elsewhere (a heartbeat).
-        const poll = new AbortController();
-        const onStop = () => poll.abort(stop.reason);
-        stop.addEventListener("abort", onStop, { once: true });
-        this.#currentPoll = { sessionId, controller: poll };
+      let tasks: PolledTask[];
+      const queued = this.#backlog.shift();
+      if (queued) {
+        tasks = [queued];
+      } else {
         try {
-          res = await this.#transport.post<{ tasks?: PolledTask[] }>("/v1/workers/poll", {
-            session_id: sessionId,
-            max_tasks: maxTasks,
-            wait_s: this.pollWaitS,
-          }, { signal: poll.signal, timeoutMs: this.pollWaitS * 1000 + 15_000 });
+          tasks = await this.#poll(slot, stop);
+          backoff.reset();
         } catch (err) {
-          if (isUnknownSession(err)) {
-            this.#forgetSession(sessionId, "poll");
-            continue;
+          if (err instanceof Stopped || stop.aborted) break;
+          const delay = backoff.next();
+          const level = isRetryable(err) ? "warn" : "error";
+          this.logger[level](
+            `poll failed: ${describe(err, this.server)}; retrying in ${formatSeconds(delay)}`,
+          );
+          try {
+            await sleep(delay, stop);
+          } catch {
+            break;
           }
-          if (err instanceof SessionLost && !stop.aborted) continue;
-          throw err;
-        } finally {
-          stop.removeEventListener("abort", onStop);
-          this.#currentPoll = null;
+          continue;
         }
-        backoff.reset();
-        const tasks = Array.isArray(res?.tasks) ? res.tasks : [];
-        if (tasks.length > maxTasks) {
-          this.logger.warn(`poll answered ${tasks.length} tasks for max_tasks=${maxTasks}`);
-        }
-        for (const task of tasks) this.#accept(task);
-      } catch (err) {
-        if (err instanceof Stopped || stop.aborted) break;
-        const delay = backoff.next();
-        const level = isRetryable(err) ? "warn" : "error";
-        this.logger[level](
-          `poll failed: ${describe(err, this.server)}; retrying in ${formatSeconds(delay)}`,
-        );
-        try {
-          await sleep(delay, stop);
-        } catch {
-          break;
-        }
+      }
+      // More than one task in an answer (a runtime that ignores max_tasks): the rest wait for
+      // the next free slot.
+      for (const extra of tasks.slice(1)) this.#backlog.push(extra);
+      const first = tasks[0];
+      if (!first) continue;
+      const chain = this.#chain(slot, first);
+      slot.chain = chain;
+      // A slot running tasks polls no more once stopping (stop() waits for its tasks instead).
+      const over = () => slot.pollsOver.resolve();
+      if (stop.aborted) over();
+      else stop.addEventListener("abort", over, { once: true });
+      try {
+        await chain;
+      } finally {
+        stop.removeEventListener("abort", over);
+        slot.chain = null;
       }
     }
   }
 
-  #accept(task: PolledTask): void {
+  /** Runs a task and the next ones its results' answers carry, one after the other. */
+  async #chain(slot: Slot, first: PolledTask): Promise<void> {
+    let task: PolledTask | undefined = first;
+    while (task) task = await this.#run(slot, task);
+  }
+
+  /** One long poll for one task on the slot's connection; [] when it ran out or was ended. */
+  async #poll(slot: Slot, stop: AbortSignal): Promise<PolledTask[]> {
+    const sessionId = await this.#ensureSession();
+    // Aborted by stop(), or when the session is found unknown elsewhere (a heartbeat).
+    const poll = new AbortController();
+    const onStop = () => poll.abort(stop.reason);
+    stop.addEventListener("abort", onStop, { once: true });
+    slot.poll = { sessionId, controller: poll };
+    let res: { tasks?: PolledTask[] } | null;
+    try {
+      res = await slot.transport.post<{ tasks?: PolledTask[] }>("/v1/workers/poll", {
+        session_id: sessionId,
+        max_tasks: 1,
+        wait_s: this.pollWaitS,
+      }, { signal: poll.signal, timeoutMs: this.pollWaitS * 1000 + 15_000 });
+    } catch (err) {
+      if (isUnknownSession(err)) {
+        this.#forgetSession(sessionId, "poll");
+        return [];
+      }
+      if (err instanceof SessionLost && !stop.aborted) return [];
+      if (stop.aborted) throw new Stopped();
+      throw err;
+    } finally {
+      stop.removeEventListener("abort", onStop);
+      slot.poll = null;
+    }
+    const tasks = Array.isArray(res?.tasks) ? res.tasks : [];
+    if (tasks.length > 1) this.logger.warn(`poll answered ${tasks.length} tasks for max_tasks=1`);
+    return tasks;
+  }
+
+  /**
+   * Runs one task on the slot and reports its result; resolves when the slot is free again:
+   * with the next task the result's answer carried (run it on this slot), or with nothing.
+   * A result whose first delivery fails is retried in the background, the slot freed.
+   */
+  #run(slot: Slot, task: PolledTask): Promise<PolledTask | undefined> {
     if (!task || typeof task.token !== "string") {
       this.logger.error("poll answered a task without a token; ignoring it", { task });
-      return;
+      return Promise.resolve(undefined);
     }
-    if (this.#inflight.has(task.token) || this.#backlog.some((t) => t.token === task.token)) {
+    if (this.#inflight.has(task.token)) {
       this.logger.debug(`task ${task.token} handed out again while it runs here; ignoring`);
-      return;
+      return Promise.resolve(undefined);
     }
-    this.#backlog.push(task);
-    this.#dispatchBacklog();
-  }
-
-  #dispatchBacklog(): void {
-    while (this.#running < this.concurrency && this.#backlog.length > 0) {
-      const task = this.#backlog.shift()!;
-      this.#launch(task);
-    }
-  }
-
-  // ---- running tasks ------------------------------------------------------------------
-
-  #launch(task: PolledTask): void {
-    const controller = new AbortController();
-    const entry: Inflight = { task, controller, handlerDone: false, done: Promise.resolve() };
-    this.#inflight.set(task.token, entry);
-    this.#running++;
-    entry.done = (async () => {
-      let outcome: Outcome;
-      try {
-        outcome = await this.#execute(entry);
-      } catch (err) {
-        // #execute catches everything; this is a last resort.
-        outcome = { kind: "fail", error: failureFrom(err) };
-      } finally {
-        entry.handlerDone = true;
-      }
-      // The slot stays held while the result's first delivery asks for the next task in the
-      // same request (eager dispatch); it is released as soon as that is settled.
-      let held = true;
-      const release = () => {
-        if (!held) return;
-        held = false;
-        this.#running--;
-        this.#dispatchBacklog();
-        this.#wakeSlot?.();
-      };
-      if (this.#stopping.signal.aborted) release();
-      try {
-        const next = await this.#deliver(task, outcome, held ? release : null);
-        release();
-        for (const t of next) this.#accept(t);
-      } finally {
-        release();
-        this.#inflight.delete(task.token);
-      }
-    })();
+    return new Promise((free) => {
+      const controller = new AbortController();
+      const entry: Inflight = { task, controller, handlerDone: false, done: Promise.resolve() };
+      this.#inflight.set(task.token, entry);
+      entry.done = (async () => {
+        let outcome: Outcome;
+        try {
+          outcome = await this.#execute(entry);
+        } catch (err) {
+          // #execute catches everything; this is a last resort.
+          outcome = { kind: "fail", error: failureFrom(err) };
+        } finally {
+          entry.handlerDone = true;
+        }
+        // The slot stays held while the result's first delivery asks for the next task in
+        // the same request (eager dispatch); it is freed as soon as that is settled.
+        let held = !this.#stopping.signal.aborted;
+        const release = () => {
+          if (!held) return;
+          held = false;
+          free(undefined);
+        };
+        if (!held) free(undefined);
+        try {
+          const next = await this.#deliver(slot.transport, task, outcome, held ? release : null);
+          if (held) {
+            held = false;
+            free(next[0]);
+            for (const extra of next.slice(1)) this.#backlog.push(extra);
+          } else {
+            for (const t of next) this.#backlog.push(t);
+          }
+        } finally {
+          release();
+          this.#inflight.delete(task.token);
+        }
+      })();
+    });
   }
 
   #abort(entry: Inflight, why: "cancel" | "deadline" | "shutdown"): void {
@@ -647,6 +751,7 @@ export class Worker {
    * called to give the slot up before any retry. Returns the tasks the answer carried.
    */
   async #deliver(
+    transport: Transport,
     task: PolledTask,
     outcome: Outcome,
     slot: (() => void) | null,
@@ -663,7 +768,7 @@ export class Worker {
         ? { token: task.token, output: current.output, ...take }
         : { token: task.token, error: current.error, ...take };
       try {
-        const res = await this.#transport.post<{ accepted?: boolean; tasks?: PolledTask[] } | null>(
+        const res = await transport.post<{ accepted?: boolean; tasks?: PolledTask[] } | null>(
           path,
           body,
           {
