@@ -966,6 +966,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       };
     }
     const seq = Number(o.seq);
+    this.#rt!.metrics.commandsForwarded.inc({ kind });
     // A result travels with its notification when it fits (the owner then needs no inbox
     // read); anything else only names the owner.
     let note = o.node_id;

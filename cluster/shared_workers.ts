@@ -341,7 +341,10 @@ export class SharedWorkers implements WorkerService {
     ]);
     const owners = new Set<string>();
     for (const row of rows) {
-      if (row.owner_node && row.owner_node !== this.opts.nodeId) owners.add(row.owner_node);
+      if (row.owner_node && row.owner_node !== this.opts.nodeId) {
+        owners.add(row.owner_node);
+        this.metrics.commandsForwarded.inc({ kind: "dispatched" });
+      }
     }
     if (owners.size > 0) {
       this.opts.notify([...owners].map((payload) => ({ channel: "orbit_inbox", payload })));

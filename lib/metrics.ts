@@ -104,6 +104,10 @@ export class Metrics {
     "orbit_executions_loaded_total",
     "Running executions rebuilt from history into memory (at start, at a takeover, on demand).",
   );
+  readonly commandsForwarded = new Counter(
+    "orbit_commands_forwarded_total",
+    "Shared mode: commands sent to the inbox of the node that owns the execution, by kind.",
+  );
   readonly schedulesFired = new Counter(
     "orbit_schedules_fired_total",
     "Schedule occurrences started.",
@@ -135,6 +139,7 @@ export class Metrics {
       this.resultsIgnored,
       this.executionsEvicted,
       this.executionsLoaded,
+      this.commandsForwarded,
       this.schedulesFired,
       this.httpRequests,
       this.pollLatency,
