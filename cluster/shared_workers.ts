@@ -365,7 +365,7 @@ export class SharedWorkers implements WorkerService {
       };
       if (row.owner_node === null) {
         // Nobody owns it any more: the execution finished; the row is dropped.
-        await this.#q(q.CANCEL_TASK, [row.token]).catch(() => {});
+        await this.#release(q.CANCEL_TASK, row);
         return null;
       }
       if (row.owner_node !== this.opts.nodeId) return task; // the owner records the dispatch
@@ -379,12 +379,11 @@ export class SharedWorkers implements WorkerService {
         });
         if (r === null) {
           // Owned here but not in memory yet (a takeover is loading it): back on the queue.
-          await this.#q(q.REQUEUE_TASK, [row.token]);
-          this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
+          await this.#release(q.REQUEUE_TASK, row);
           return null;
         }
         if (!r.accepted) {
-          await this.#q(q.CANCEL_TASK, [row.token]);
+          await this.#release(q.CANCEL_TASK, row);
           return null;
         }
         const st = r.state.steps[row.step];
@@ -401,8 +400,7 @@ export class SharedWorkers implements WorkerService {
           step: row.step,
           error: (e as Error).message,
         });
-        await this.#q(q.REQUEUE_TASK, [row.token]).catch(() => {});
-        this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
+        await this.#release(q.REQUEUE_TASK, row);
         return null;
       }
     }));
@@ -410,6 +408,28 @@ export class SharedWorkers implements WorkerService {
     this.tasksClaimed += tasks.length;
     this.metrics.tasksDispatched.inc({}, tasks.length);
     return tasks;
+  }
+
+  /**
+   * Puts a claimed row back on the queue (REQUEUE_TASK) or marks it cancelled (CANCEL_TASK)
+   * when its dispatch was not recorded here. Until that lands nobody else would ever move the
+   * row (only a takeover looks at claims of a live node), so a failure — the database being
+   * away is the likely one, as it just failed the dispatch — is retried every second, in the
+   * background, until it lands or the server stops.
+   */
+  async #release(text: string, row: { token: string; execution_id: string }): Promise<void> {
+    try {
+      await this.#q(text, [row.token]);
+      if (text === q.REQUEUE_TASK) this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
+    } catch (e) {
+      if (this.#stopped) return;
+      log.engine.warn("cannot release a claimed task row; retrying in 1 s", {
+        execution_id: row.execution_id,
+        token: row.token,
+        error: (e as Error).message,
+      });
+      setTimeout(() => void this.#release(text, row), 1000);
+    }
   }
 
   /** A worker that went away before the answer never saw these attempts. */

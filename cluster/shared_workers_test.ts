@@ -9,6 +9,7 @@ import { Metrics } from "../lib/metrics.ts";
 import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
+import { REQUEUE_TASK } from "../sql/postgres/shared.ts";
 
 Deno.test({
   name: "a queued row from before an uncertain attempt is handed out as a redelivery",
@@ -254,6 +255,81 @@ Deno.test({
       assert.equal(left!.n, 3, "the rows of other contracts, languages and tasks stay queued");
     } finally {
       await t.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "a claimed row whose dispatch failed goes back on the queue even if the database " +
+    "refuses the first tries",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    // Found by the end-to-end test that restarts PostgreSQL under the cluster: the dispatch
+    // commit failed (ECONNRESET), and so did putting its row back on the queue; the row stayed
+    // claimed by a live node, which only a takeover looks at, and the order never moved again.
+    const url = await (await sharedPostgres()).createDatabase();
+    await (await openStore(url)).close();
+    const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
+    let refuse = 2;
+    const sql = new Proxy(real, {
+      get(target, prop, receiver) {
+        if (prop !== "unsafe") return Reflect.get(target, prop, receiver);
+        return (text: string, ...rest: unknown[]) => {
+          if (text === REQUEUE_TASK && refuse > 0) {
+            refuse--;
+            return Promise.reject(Object.assign(new Error("connect ECONNREFUSED"), {
+              code: "ECONNREFUSED",
+            }));
+          }
+          // deno-lint-ignore no-explicit-any
+          return (target.unsafe as any)(text, ...rest);
+        };
+      },
+    });
+    const executions = {
+      observer: null,
+      active: new Map(),
+      remote: null,
+      command: () => Promise.reject(new Error("STORAGE_ERROR: read ECONNRESET")),
+    } as unknown as Executions;
+    const workers = new SharedWorkers(executions, new Metrics(), {
+      nodeId: "node-1",
+      sessionTimeoutMs: 30_000,
+      now: () => Date.now(),
+      newId: () => crypto.randomUUID(),
+      sql,
+      drainInbox: () => Promise.resolve(),
+      notify: () => {},
+      healthySince: () => 0,
+    });
+    try {
+      await real`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+        VALUES ('e-1', 'e-1', 'node-1', 1, 0)`;
+      await real`INSERT INTO orbit_tasks (execution_id, task_name, contract_version, state,
+          enqueued_ms, payload, run_id, step, attempt, unit)
+        VALUES ('e-1', 'payments.charge', '1', 'queued', 0, ${real.json({ task: "x" })}, 'r-1',
+          'charge', 1, 'r-1/charge/1/0')`;
+      const session = await workers.register({
+        worker_id: "w-1",
+        runtime: "typescript",
+        tasks: [{ name: "payments.charge", contract: "1" }],
+        concurrency: 1,
+      });
+      assert.deepEqual(await workers.poll(session, 1, 0), []);
+      const state = async () =>
+        (await real`SELECT state, token FROM orbit_tasks WHERE unit = 'r-1/charge/1/0'`)[0];
+      assert.equal((await state())!.state, "claimed", "the first requeue was refused");
+      const deadline = Date.now() + 10_000;
+      while ((await state())!.state !== "queued") {
+        assert.ok(Date.now() < deadline, "the row went back on the queue");
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(refuse, 0);
+      assert.equal((await state())!.token, null);
+    } finally {
+      workers.stop();
+      await real.end({ timeout: 5 });
     }
   },
 });
