@@ -3,6 +3,7 @@ import postgres from "postgres";
 import { sharedPostgres } from "../../tests/support/pg.ts";
 import { isTransientPostgresError, openPostgresStore } from "./postgres.ts";
 import { FencedError, type Store } from "./store.ts";
+import { startFaultProxy } from "../../chaos/fault_proxy.ts";
 import { appendItem, createItem, runStoreConformance } from "./store_conformance.ts";
 
 const urls = new WeakMap<Store, string>();
@@ -125,4 +126,42 @@ Deno.test("postgres store: a U+0000 in a value fails the commit clearly and writ
   } finally {
     await store.close();
   }
+});
+
+Deno.test({
+  name: "postgres store: a statement without an answer (a black-holed link) fails after the " +
+    "stuck limit, and the store works again through new connections",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const url = new URL(await (await sharedPostgres()).createDatabase());
+    const proxy = startFaultProxy({ hostname: url.hostname, port: Number(url.port) });
+    const via = new URL(url);
+    via.port = String(proxy.port);
+    const store = await openPostgresStore(via.href, { max: 1, stuckMs: 1000 });
+    try {
+      await store.migrate();
+      assert.equal(await store.getExecution("nope"), null);
+      // The link swallows everything from now on, without a FIN or a reset: postgres.js waits
+      // for an answer forever.
+      proxy.blackhole();
+      const t0 = performance.now();
+      const outcome = await Promise.race([
+        store.getExecution("nope").then(() => "answered", (e) => e),
+        new Promise((r) => setTimeout(() => r("still waiting after 10 s"), 10_000)),
+      ]);
+      assert.ok(outcome instanceof Error, String(outcome));
+      assert.equal((outcome as { code?: string }).code, "CONNECTION_DESTROYED");
+      assert.ok(isTransientPostgresError(outcome), "a commit failing so is an ambiguous one");
+      const waited = performance.now() - t0;
+      assert.ok(waited >= 1000 && waited < 5000, `failed after ${Math.round(waited)} ms`);
+      // The link works again: the replaced client's new connection answers.
+      proxy.heal();
+      assert.equal(await store.getExecution("nope"), null);
+    } finally {
+      proxy.heal();
+      await store.close();
+      await proxy.close();
+    }
+  },
 });
