@@ -536,6 +536,21 @@ export class SharedWorkers implements WorkerService {
       this.tasksClaimed += tasks.length;
       this.metrics.tasksDispatched.inc({}, tasks.length);
     }
+    // The result left nothing of its execution for the freed slot: its next task comes from
+    // the queue now, in this answer, as on one server (the claim prefers this node's own
+    // executions), instead of after the worker's next poll.
+    const more = s ? Math.min(take!.maxTasks, s.concurrency) - tasks.length : 0;
+    if (s && more > 0 && !signal?.aborted && this.sessions.has(s.session_id)) {
+      // The result is applied whatever happens here: a failed claim only leaves the slot to poll.
+      tasks.push(
+        ...await this.#claim(s, more).catch((e) => {
+          log.engine.warn("claim after a result failed; the worker polls", {
+            error: (e as Error).message,
+          });
+          return [];
+        }),
+      );
+    }
     return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
   }
 
