@@ -312,6 +312,9 @@ class WorkerTest(unittest.TestCase):
             self.fake.wait_for("the garbage to be served", lambda: len(self.fake.of("/v1/workers/poll")) >= 6)
             self.fake.add_task(task="t")
             self.fake.wait_for("a completion", lambda: self.fake.of("/v1/tasks/complete"))
+            # Each slot polls on its own: the one that got the 502 may log it after another
+            # slot's completion.
+            self.fake.wait_for("the 502 to be logged", lambda: any("HTTP_502" in line for line in logs.output))
         text = "\n".join(logs.output)
         self.assertIn("not JSON", text)
         self.assertIn("task without a token", text)
