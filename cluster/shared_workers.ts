@@ -121,6 +121,8 @@ export class SharedWorkers implements WorkerService {
   tasksClaimed = 0;
   #contacts = new Map<string, number>();
   #wakers = new Set<() => void>();
+  /** The polls of each session in the order they came (see poll). */
+  #lines = new Map<string, Array<{ wake: () => void }>>();
   /** Polls waiting here, for a new execution's first task (offerFirst). */
   #waiting = new Set<
     { s: Session; deliver: (tasks: TaskPayload[]) => boolean; wake: () => void }
@@ -158,6 +160,7 @@ export class SharedWorkers implements WorkerService {
     for (const t of this.#timers) clearInterval(t);
     this.#timers = [];
     for (const w of [...this.#wakers]) w();
+    for (const w of [...this.#waiting]) w.wake();
   }
 
   /**
@@ -280,10 +283,18 @@ export class SharedWorkers implements WorkerService {
     const started = performance.now();
     const end = this.opts.now() + pollWaitMs(waitMs, this.opts.sessionTimeoutMs);
     s.polling++;
+    // The polls of a session waiting here stand in line: only the first looks again (on a
+    // notification, and every second), so a worker holding one poll per slot costs one claim
+    // per look, not one per slot. When the first leaves, the next looks at once.
+    const me = { wake: () => {} };
+    let line = this.#lines.get(s.session_id);
+    if (!line) this.#lines.set(s.session_id, line = []);
+    line.push(me);
+    const first = () => line![0] === me;
     try {
       max = Math.max(1, Math.min(max, s.concurrency));
-      for (;;) {
-        const tasks = await this.#claim(s, max);
+      for (let look = true;; look = first()) {
+        const tasks = look ? await this.#claim(s, max) : [];
         if (tasks.length > 0 || signal?.aborted) return this.#delivered(s, tasks, signal);
         const left = end - this.opts.now();
         if (left <= 0 || this.#stopped || !this.sessions.has(s.session_id)) return [];
@@ -309,14 +320,19 @@ export class SharedWorkers implements WorkerService {
             resolve();
           };
           entry.wake = done; // the same function as in #wakers, so that an offer can unhook it
-          const timer = setTimeout(done, Math.min(POLL_RECHECK_MS, left));
-          this.#wakers.add(done);
+          me.wake = done;
+          const timer = setTimeout(done, first() ? Math.min(POLL_RECHECK_MS, left) : left);
+          if (first()) this.#wakers.add(done);
           this.#waiting.add(entry);
           signal?.addEventListener("abort", done);
         });
         if (given) return this.#delivered(s, given, signal);
       }
     } finally {
+      const wasFirst = first();
+      line.splice(line.indexOf(me), 1);
+      if (line.length === 0) this.#lines.delete(s.session_id);
+      else if (wasFirst) line[0]!.wake();
       s.polling--;
       this.#touch(s);
       this.metrics.pollLatency.observe((performance.now() - started) / 1000);

@@ -333,3 +333,87 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "the polls of one session waiting on a server look again one at a time, not each " +
+    "once per second",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    // A worker holds one poll per concurrency slot. With every waiting poll re-checking every
+    // second and on every notification, an idle worker of concurrency N cost N claim
+    // statements per second per server.
+    const url = await (await sharedPostgres()).createDatabase();
+    await (await openStore(url)).close();
+    const real = postgresClient(url, { max: 4, applicationName: "orbit-test" });
+    let claims = 0;
+    const sql = new Proxy(real, {
+      get(target, prop, receiver) {
+        if (prop !== "unsafe") return Reflect.get(target, prop, receiver);
+        return (text: string, ...rest: unknown[]) => {
+          if (text.trimStart().startsWith("WITH reg")) claims++;
+          // deno-lint-ignore no-explicit-any
+          return (target.unsafe as any)(text, ...rest);
+        };
+      },
+    });
+    const dispatched: string[] = [];
+    const executions = {
+      observer: null,
+      active: new Map(),
+      remote: null,
+      command: (id: string, cmd: { step: string }) => {
+        dispatched.push(id);
+        return Promise.resolve({
+          accepted: true,
+          state: { execution_id: id, steps: { [cmd.step]: { redelivery: false } } },
+        });
+      },
+    } as unknown as Executions;
+    const workers = new SharedWorkers(executions, new Metrics(), {
+      nodeId: "node-1",
+      sessionTimeoutMs: 30_000,
+      now: () => Date.now(),
+      newId: () => crypto.randomUUID(),
+      sql,
+      drainInbox: () => Promise.resolve(),
+      notify: () => {},
+      healthySince: () => 0,
+    });
+    try {
+      const session = await workers.register({
+        worker_id: "w-1",
+        runtime: "typescript",
+        tasks: [{ name: "t.one", contract: "1" }],
+        concurrency: 8,
+      });
+      const polls = Array.from({ length: 8 }, () => workers.poll(session, 1, 2600));
+      // Each poll looks once when it comes; then only the first of the line looks again.
+      await new Promise((r) => setTimeout(r, 2300));
+      assert.ok(claims >= 8, `every poll looked once: ${claims}`);
+      assert.ok(claims <= 11, `${claims} claims for 8 idle polls in 2.3 s (8 + 2 re-checks)`);
+
+      // A task arrives: one notification, one look, one poll answered; the next in line looks
+      // at once (nothing more is queued) and waits.
+      await real`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+        VALUES ('e-1', 'e-1', 'node-1', 1, 0)`;
+      await real`INSERT INTO orbit_tasks (execution_id, task_name, contract_version, state,
+          enqueued_ms, payload, run_id, step, attempt, unit)
+        VALUES ('e-1', 't.one', '1', 'queued', 0, ${real.json({ task: "t.one" })}, 'r-1',
+          'a', 1, 'r-1/a/1/0')`;
+      const before = claims;
+      workers.wake();
+      const answered = await Promise.race(polls.map((p, i) => p.then((t) => ({ i, t }))));
+      assert.equal(answered.t.length, 1);
+      assert.equal(answered.t[0]!.execution_id, "e-1");
+      assert.deepEqual(dispatched, ["e-1"]);
+      await new Promise((r) => setTimeout(r, 100));
+      assert.ok(claims - before <= 3, `${claims - before} claims for one notification`);
+      const all = await Promise.all(polls);
+      assert.equal(all.flat().length, 1, "the task was handed out once");
+    } finally {
+      workers.stop();
+      await real.end({ timeout: 5 });
+    }
+  },
+});
