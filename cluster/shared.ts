@@ -40,6 +40,7 @@ import { log } from "../lib/log.ts";
 import type { Runtime, RuntimeOptions } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
+import { WatchedClient } from "../lib/store/watched_client.ts";
 import type { ExecutionRow, Store } from "../lib/store/store.ts";
 import type { EagerSession, TaskPayload } from "../lib/workers.ts";
 
@@ -125,7 +126,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   readonly epochs = new Map<string, number>();
   readonly now: () => number;
   #store: Store | null = null;
-  #req: postgres.Sql | null = null;
+  #req: WatchedClient | null = null;
   #hb: postgres.Sql | null = null;
   #listen: postgres.Sql | null = null;
   #rt: Runtime | null = null;
@@ -223,7 +224,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
   }
 
   #sql(role: "req" | "hb") {
-    const sql = role === "req" ? this.#req! : this.#hb!;
+    if (role === "req") {
+      const req = this.#req!;
+      return <T>(text: string, params: unknown[] = []): Promise<T[]> =>
+        req.unsafe<T>(text, params, { prepare: true });
+    }
+    const sql = this.#hb!;
     return <T>(text: string, params: unknown[] = []): Promise<T[]> =>
       sql.unsafe(text, params as postgres.ParameterOrJSON<never>[], {
         prepare: true,
@@ -248,7 +254,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
         for (const execId of closed) this.#wakeDone(execId);
       },
     });
-    this.#req = postgresClient(this.opts.url, { max: 4, applicationName: `orbit-requests:${id}` });
+    // Claims, forwards, sessions: a statement without an answer fails after 30 s and the pool
+    // is replaced (lib/store/watched_client.ts).
+    this.#req = new WatchedClient(
+      () => postgresClient(this.opts.url, { max: 4, applicationName: `orbit-requests:${id}` }),
+      { what: "the requests'" },
+    );
     this.#hb = postgresClient(this.opts.url, { max: 1, applicationName: `orbit-heartbeat:${id}` });
     this.#listen = postgresClient(this.opts.url, {
       max: 1,

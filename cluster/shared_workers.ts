@@ -80,7 +80,14 @@ export interface SharedWorkersOptions {
   now: () => number;
   newId: () => string;
   /** The request-path client (claims, sessions). */
-  sql: postgres.Sql;
+  /** The requests' client (lib/store/watched_client.ts in the server; postgres.js in tests). */
+  sql: {
+    unsafe(
+      text: string,
+      params: postgres.ParameterOrJSON<never>[],
+      options: { prepare: boolean },
+    ): PromiseLike<unknown>;
+  };
   /** Applies the inbox entries of one execution owned here (a result may need its dispatch). */
   drainInbox(executionId: string): Promise<void>;
   /**

@@ -27,6 +27,7 @@ import * as q from "../../sql/postgres/queries.ts";
 import { COMMIT_OWNED } from "../../sql/postgres/shared.ts";
 import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/postgres/migrations.ts";
 import { log } from "../log.ts";
+import { STATEMENT_STUCK_MS, WatchedClient } from "./watched_client.ts";
 import {
   type AppendItem,
   type CommitResult,
@@ -264,92 +265,31 @@ function toDefinitionRow(r: WorkflowDefinitionsRecord): DefinitionRow {
 /** A row of `orbit_schedules` as a plain object (postgres.js types jsonb, boolean and bigint). */
 const toScheduleRow = (r: ScheduleRow): ScheduleRow => ({ ...r });
 
-/**
- * A statement without an answer for this long means the client is wedged, not busy: every
- * statement of the store takes milliseconds, and postgres.js rejects a statement whose
- * connection closes. Seen once in CI after a PostgreSQL restart (every later statement of the
- * store waited behind one that PostgreSQL never received, the server idle on its side), and
- * what a black-holed database link (no FIN, no RST) does to any client.
- */
-export const STORE_STATEMENT_STUCK_MS = 30_000;
-const STUCK_CHECK_MS = 5_000;
+/** A store statement without an answer for this long fails and the client is replaced. */
+export const STORE_STATEMENT_STUCK_MS = STATEMENT_STUCK_MS;
 
 class PostgresStore implements Store {
   readonly kind = "postgres" as const;
-  #sql: postgres.Sql;
-  readonly #make: () => postgres.Sql;
-  /** Statements in flight: id → when sent, and how to give up on it. */
-  readonly #inFlight = new Map<number, { since: number; abandon: (e: Error) => void }>();
-  #statementSeq = 0;
-  readonly #watchdog: ReturnType<typeof setInterval>;
-  readonly #stuckMs: number;
+  readonly #db: WatchedClient;
   readonly #fence: () => number | null;
   readonly #now: () => number;
   readonly #afterCommit: PostgresStoreOptions["afterCommit"];
 
   constructor(sql: postgres.Sql, make: () => postgres.Sql, opts: PostgresStoreOptions) {
-    this.#sql = sql;
-    this.#make = make;
-    this.#stuckMs = opts.stuckMs ?? STORE_STATEMENT_STUCK_MS;
-    this.#watchdog = setInterval(
-      () => this.#unstick(),
-      Math.min(STUCK_CHECK_MS, Math.ceil(this.#stuckMs / 3)),
-    );
-    Deno.unrefTimer(this.#watchdog);
+    // A statement that never gets an answer fails after opts.stuckMs and the client is replaced.
+    this.#db = new WatchedClient(make, { what: "the store's", stuckMs: opts.stuckMs }, sql);
     this.#afterCommit = opts.afterCommit;
     this.#fence = opts.fence ?? (() => null);
     this.#now = opts.now ?? Date.now;
   }
 
   /** Runs a named statement from `sql/postgres/queries.ts` as a prepared statement. */
-  async #query<T>(text: string, params: unknown[] = []): Promise<T[]> {
-    const id = ++this.#statementSeq;
-    let abandon!: (e: Error) => void;
-    const abandoned = new Promise<never>((_, reject) => (abandon = reject));
-    this.#inFlight.set(id, { since: performance.now(), abandon });
-    try {
-      const rows = await Promise.race([
-        this.#sql.unsafe(text, params as postgres.ParameterOrJSON<never>[], { prepare: true }),
-        abandoned,
-      ]);
-      return rows as unknown as T[];
-    } finally {
-      this.#inFlight.delete(id);
-    }
-  }
-
-  /**
-   * The watchdog: when the oldest statement in flight has waited STORE_STATEMENT_STUCK_MS,
-   * the client is replaced by a new one, the old one destroyed, and every statement it held
-   * fails with CONNECTION_DESTROYED (a commit among them is then an ambiguous one, handled as
-   * for any lost connection: the execution is re-read from its history).
-   */
-  #unstick(): void {
-    const first = this.#inFlight.values().next();
-    if (first.done) return;
-    const waited = performance.now() - first.value.since; // the map keeps insertion order
-    if (waited < this.#stuckMs) return;
-    log.engine.error(
-      "a PostgreSQL statement has had no answer; replacing the store's connections",
-      { waited_ms: Math.round(waited), statements_in_flight: this.#inFlight.size },
-    );
-    const old = this.#sql;
-    this.#sql = this.#make();
-    const held = [...this.#inFlight.values()];
-    this.#inFlight.clear();
-    for (const h of held) {
-      h.abandon(Object.assign(
-        new Error(
-          `no answer from PostgreSQL within ${this.#stuckMs / 1000} s; connection replaced`,
-        ),
-        { code: "CONNECTION_DESTROYED" },
-      ));
-    }
-    old.end({ timeout: 0 }).catch(() => {});
+  #query<T>(text: string, params: unknown[] = []): Promise<T[]> {
+    return this.#db.unsafe<T>(text, params, { prepare: true });
   }
 
   async migrate(): Promise<void> {
-    await this.#sql.begin(async (tx) => {
+    await this.#db.client.begin(async (tx) => {
       // First, before even the migrations table exists: concurrent CREATE TABLE IF NOT
       // EXISTS can fail on the catalog's unique index, and the lock orders everything.
       await tx.unsafe(q.LOCK_MIGRATIONS);
@@ -366,8 +306,7 @@ class PostgresStore implements Store {
   }
 
   async close(): Promise<void> {
-    clearInterval(this.#watchdog);
-    await this.#sql.end({ timeout: 5 });
+    await this.#db.end({ timeout: 5 });
   }
 
   async putDefinition(def: DefinitionRow): Promise<{ created: boolean; stored: DefinitionRow }> {
