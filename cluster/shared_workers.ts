@@ -201,7 +201,9 @@ export class SharedWorkers implements WorkerService {
             this.tasksClaimed++;
             this.metrics.tasksDispatched.inc();
             // The poll ended meanwhile (its wait ran out, its request closed): redelivered.
-            if (!w.deliver([task])) {
+            // The dispatch names the session, not the poll: another poll of the session
+            // waiting here takes it; with none, it is redelivered.
+            if (!w.deliver([task]) && !this.#handOver(w.s, task)) {
               this.executions.uncertain(
                 state.execution_id,
                 command.token,
@@ -214,6 +216,14 @@ export class SharedWorkers implements WorkerService {
       }
     }
     return null;
+  }
+
+  /** Hands a task dispatched to `s` to another poll of that session waiting here. */
+  #handOver(s: Session, task: TaskPayload): boolean {
+    for (const e of this.#waiting) {
+      if (e.s.session_id === s.session_id && e.deliver([task])) return true;
+    }
+    return false;
   }
 
   /** Attempts of executions just taken over: redelivered after a session timeout. */

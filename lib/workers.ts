@@ -263,8 +263,14 @@ export class Workers implements WorkerService {
         deliver: (next) => {
           const task = payload(next, st.id, command.token);
           this.metrics.tasksDispatched.inc();
-          // The poll ended meanwhile (its wait ran out, its request closed): redelivered.
-          if (!w.deliver([task])) this.#undelivered(w.session, [task], "closed");
+          // The poll ended meanwhile (its wait ran out, its request closed): the dispatch names
+          // the session, not the poll, so another poll of the session waiting here takes it;
+          // with none, it is redelivered.
+          if (w.deliver([task])) return;
+          const other = this.#waiters.find((x) =>
+            x.session.session_id === w.session.session_id && !x.done
+          );
+          if (!other?.deliver([task])) this.#undelivered(w.session, [task], "closed");
         },
         release: () => {
           if (w.done) return;

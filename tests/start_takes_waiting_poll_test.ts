@@ -92,3 +92,51 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "a start's first task offered to a poll that closed goes to another poll of its session",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    // A worker holds one poll per slot; a dispatch names the session, not the poll. When the
+    // poll it was offered to closes during the start's commit (its connection cut), another
+    // poll of the same session takes the task: no StepAttemptUncertain, no redelivery.
+    const store = faultyStore(await openStore(`${await tempDir()}/h.db`));
+    const rt = new Runtime(store, { sessionTimeoutMs: 60_000, maxActiveExecutions: null });
+    await rt.start();
+    try {
+      await rt.definitions.deploy(ONE);
+      const session = await rt.workers.register({
+        worker_id: "w",
+        runtime: "typescript",
+        tasks: [{ name: "t.one", contract: "1" }],
+        concurrency: 2,
+      });
+      const closeA = new AbortController();
+      const pollA = rt.workers.poll(session, 1, 10_000, closeA.signal);
+      const pollB = rt.workers.poll(session, 1, 10_000);
+      // The start's commit: poll A (offered the task, the first waiting) closes while it runs.
+      store.plan = {
+        commit: (_n, items) => {
+          if (commitShape(items).includes("h/StepDispatched")) closeA.abort();
+          return "ok";
+        },
+      };
+      await rt.executions.start({ workflow: "One", execution_id: "h", input: 7 });
+      store.plan = {};
+      assert.deepEqual(await pollA, []);
+      const [t] = await pollB;
+      assert.equal(t?.execution_id, "h");
+      assert.equal(t?.redelivery, false);
+      assert.equal((await rt.workers.report(t!.token, { output: 7 })).accepted, true);
+      const row = await rt.executions.wait("h", 5000);
+      assert.equal(row.status, "completed");
+      const events = await readRun(store, row.run_id);
+      assert.equal(events.filter((e) => e.type === "StepAttemptUncertain").length, 0);
+      assert.equal(events.filter((e) => e.type === "StepDispatched").length, 1);
+    } finally {
+      store.plan = {};
+      await rt.stop();
+    }
+  },
+});
