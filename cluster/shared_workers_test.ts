@@ -3,13 +3,42 @@
  * told about an attempt is what the history recorded for its dispatch.
  */
 import assert from "node:assert/strict";
-import { SharedWorkers } from "./shared_workers.ts";
+import { SharedWorkers, type SharedWorkersOptions } from "./shared_workers.ts";
+import type postgres from "postgres";
 import type { Executions } from "../lib/executions.ts";
 import { Metrics } from "../lib/metrics.ts";
 import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
 import { REQUEUE_TASK } from "../sql/postgres/shared.ts";
+
+/** A SharedWorkers on `nodeId` over `sql`, with the engine faked by `executions`. */
+function sharedWorkers(executions: Executions, sql: SharedWorkersOptions["sql"], nodeId: string) {
+  return new SharedWorkers(executions, new Metrics(), {
+    nodeId,
+    sessionTimeoutMs: 30_000,
+    now: () => Date.now(),
+    newId: () => crypto.randomUUID(),
+    sql,
+    drainInbox: () => Promise.resolve(),
+    notify: () => {},
+    healthySince: () => 0,
+  });
+}
+
+/** `real`'s statements, each seen first by `see` (which may throw to refuse it). */
+function intercept(real: postgres.Sql, see: (text: string) => void): SharedWorkersOptions["sql"] {
+  return {
+    unsafe: (text, params, options) => {
+      try {
+        see(text);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+      return real.unsafe(text, params, options);
+    },
+  };
+}
 
 Deno.test({
   name: "a queued row from before an uncertain attempt is handed out as a redelivery",
@@ -38,16 +67,7 @@ Deno.test({
         });
       },
     } as unknown as Executions;
-    const workers = new SharedWorkers(executions, new Metrics(), {
-      nodeId: "node-1",
-      sessionTimeoutMs: 30_000,
-      now: () => Date.now(),
-      newId: () => crypto.randomUUID(),
-      sql,
-      drainInbox: () => Promise.resolve(),
-      notify: () => {},
-      healthySince: () => 0,
-    });
+    const workers = sharedWorkers(executions, sql, "node-1");
     try {
       await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
         VALUES ('e-1', 'e-1', 'node-1', 1, 0)`;
@@ -113,16 +133,7 @@ async function claimSetup() {
       });
     },
   } as unknown as Executions;
-  const workers = new SharedWorkers(executions, new Metrics(), {
-    nodeId: A,
-    sessionTimeoutMs: 30_000,
-    now: () => Date.now(),
-    newId: () => crypto.randomUUID(),
-    sql,
-    drainInbox: () => Promise.resolve(),
-    notify: () => {},
-    healthySince: () => 0,
-  });
+  const workers = sharedWorkers(executions, sql, A);
   let n = 0;
   /** A queued task row of execution `id`, owned by `owner`, enqueued at `at`. */
   const queue = async (
@@ -272,20 +283,10 @@ Deno.test({
     await (await openStore(url)).close();
     const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     let refuse = 2;
-    const sql = new Proxy(real, {
-      get(target, prop, receiver) {
-        if (prop !== "unsafe") return Reflect.get(target, prop, receiver);
-        return (text: string, ...rest: unknown[]) => {
-          if (text === REQUEUE_TASK && refuse > 0) {
-            refuse--;
-            return Promise.reject(Object.assign(new Error("connect ECONNREFUSED"), {
-              code: "ECONNREFUSED",
-            }));
-          }
-          // deno-lint-ignore no-explicit-any
-          return (target.unsafe as any)(text, ...rest);
-        };
-      },
+    const sql = intercept(real, (text) => {
+      if (text !== REQUEUE_TASK || refuse === 0) return;
+      refuse--;
+      throw Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
     });
     const executions = {
       observer: null,
@@ -293,16 +294,7 @@ Deno.test({
       remote: null,
       command: () => Promise.reject(new Error("STORAGE_ERROR: read ECONNRESET")),
     } as unknown as Executions;
-    const workers = new SharedWorkers(executions, new Metrics(), {
-      nodeId: "node-1",
-      sessionTimeoutMs: 30_000,
-      now: () => Date.now(),
-      newId: () => crypto.randomUUID(),
-      sql,
-      drainInbox: () => Promise.resolve(),
-      notify: () => {},
-      healthySince: () => 0,
-    });
+    const workers = sharedWorkers(executions, sql, "node-1");
     try {
       await real`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
         VALUES ('e-1', 'e-1', 'node-1', 1, 0)`;
@@ -347,15 +339,8 @@ Deno.test({
     await (await openStore(url)).close();
     const real = postgresClient(url, { max: 4, applicationName: "orbit-test" });
     let claims = 0;
-    const sql = new Proxy(real, {
-      get(target, prop, receiver) {
-        if (prop !== "unsafe") return Reflect.get(target, prop, receiver);
-        return (text: string, ...rest: unknown[]) => {
-          if (text.trimStart().startsWith("WITH reg")) claims++;
-          // deno-lint-ignore no-explicit-any
-          return (target.unsafe as any)(text, ...rest);
-        };
-      },
+    const sql = intercept(real, (text) => {
+      if (text.trimStart().startsWith("WITH reg")) claims++;
     });
     const dispatched: string[] = [];
     const executions = {
@@ -370,16 +355,7 @@ Deno.test({
         });
       },
     } as unknown as Executions;
-    const workers = new SharedWorkers(executions, new Metrics(), {
-      nodeId: "node-1",
-      sessionTimeoutMs: 30_000,
-      now: () => Date.now(),
-      newId: () => crypto.randomUUID(),
-      sql,
-      drainInbox: () => Promise.resolve(),
-      notify: () => {},
-      healthySince: () => 0,
-    });
+    const workers = sharedWorkers(executions, sql, "node-1");
     try {
       const session = await workers.register({
         worker_id: "w-1",

@@ -7,7 +7,7 @@
  * shared-mode cluster, that is what keeps an execution's steps on the server that owns it.
  */
 import assert from "node:assert/strict";
-import { defineTask, Worker } from "./mod.ts";
+import { defineTask, type PolledTask, Worker } from "./mod.ts";
 import { recordingLogger } from "./testing/helpers.ts";
 
 interface Seen {
@@ -16,19 +16,7 @@ interface Seen {
   body: Record<string, unknown>;
 }
 
-interface MiniTask {
-  token: string;
-  execution_id: string;
-  step: string;
-  attempt: number;
-  task: string;
-  contract: string;
-  input: unknown;
-  idempotency_key: string;
-  redelivery: boolean;
-}
-
-function task(step: string): MiniTask {
+function task(step: string): PolledTask {
   return {
     token: `ex-1/${step}`,
     execution_id: "ex-1",
@@ -45,8 +33,8 @@ function task(step: string): MiniTask {
 /** register, poll (held until a task is queued), complete (answering `next[token]`), heartbeat. */
 function miniServer() {
   const seen: Seen[] = [];
-  const queue: MiniTask[] = [];
-  const next = new Map<string, MiniTask>();
+  const queue: PolledTask[] = [];
+  const next = new Map<string, PolledTask>();
   const waiting = new Set<() => void>();
   const held = new Map<number, number>(); // port → polls held
   const changed = () => {
@@ -113,7 +101,7 @@ function miniServer() {
     seen,
     next,
     held,
-    enqueue(t: MiniTask) {
+    enqueue(t: PolledTask) {
       queue.push(t);
       changed();
     },
