@@ -27,7 +27,7 @@ import * as q from "../../sql/postgres/queries.ts";
 import { COMMIT_OWNED } from "../../sql/postgres/shared.ts";
 import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/postgres/migrations.ts";
 import { log } from "../log.ts";
-import { STATEMENT_STUCK_MS, WatchedClient } from "./watched_client.ts";
+import { WatchedClient } from "./watched_client.ts";
 import {
   type AppendItem,
   type CommitResult,
@@ -65,7 +65,7 @@ export interface PostgresStoreOptions {
   afterCommit?: (info: { queued: number; closed: string[] }) => void;
   /** The clock, for `applied_ms` of migrations (default Date.now). */
   now?: () => number;
-  /** After how long without an answer the client is replaced (default STORE_STATEMENT_STUCK_MS). */
+  /** After how long without an answer the client is replaced (default STATEMENT_STUCK_MS, 30 s). */
   stuckMs?: number;
 }
 
@@ -264,9 +264,6 @@ function toDefinitionRow(r: WorkflowDefinitionsRecord): DefinitionRow {
 
 /** A row of `orbit_schedules` as a plain object (postgres.js types jsonb, boolean and bigint). */
 const toScheduleRow = (r: ScheduleRow): ScheduleRow => ({ ...r });
-
-/** A store statement without an answer for this long fails and the client is replaced. */
-export const STORE_STATEMENT_STUCK_MS = STATEMENT_STUCK_MS;
 
 class PostgresStore implements Store {
   readonly kind = "postgres" as const;

@@ -101,7 +101,6 @@ type Outcome =
 
 /** One concurrency slot: its connection and its long poll. */
 interface Slot {
-  readonly index: number;
   readonly transport: Transport;
   /** The slot's own HTTP client (one pooled connection), when the runtime offers one. */
   readonly client: { close(): void } | null;
@@ -222,7 +221,7 @@ export class Worker {
     const pinned = options.connectionPerSlot !== false && !options.fetch &&
       typeof denoHttpClient() === "function";
     this.#connectionPerSlot = pinned;
-    this.#slots = Array.from({ length: this.concurrency }, (_, index) => {
+    this.#slots = Array.from({ length: this.concurrency }, () => {
       const client = pinned ? denoHttpClient()!({ poolMaxIdlePerHost: 1 }) : null;
       const transport = client
         ? new Transport({
@@ -232,7 +231,6 @@ export class Worker {
         })
         : this.#transport;
       return {
-        index,
         transport,
         client,
         poll: null,
