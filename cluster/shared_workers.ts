@@ -44,24 +44,17 @@ import {
   type WorkerService,
 } from "../lib/workers.ts";
 import * as q from "../sql/postgres/shared.ts";
+import { OWN_TASK_HEAD_START_MS } from "../lib/shared_changes.ts";
+import { MemoryTaskQueue } from "../lib/task_queue.ts";
+import { TaskTakenError } from "../lib/store/store.ts";
 
 const CONTACT_FLUSH_MS = 250;
 const CONTACT_CHECK_MS = 500;
 const POLL_RECHECK_MS = 1000;
+const LOCAL_PRUNE_MS = 5000;
 
-/**
- * The head start of tasks of executions this node owns in its claims (q.claimTasks $7): a
- * row owned elsewhere goes before an own row only when it was queued more than this earlier,
- * so it is never more than this behind strict age order, whoever polls here.
- *
- * 200 ms: far above what the owner's own polls need to take a fresh row (the owner wakes them
- * at its commit, before the NOTIFY reaches anyone else; a claim is a few milliseconds), so a
- * queue with rows of several owners sorts itself by owner, and a result reaches its owner with
- * no forward (several statements and a NOTIFY per step). Small next to what a worker task
- * takes and below the polls' one-second re-check, so a server without idle workers of its own,
- * or a backlog of one server, costs the other rows at most a fifth of a second.
- */
-export const OWN_TASK_HEAD_START_MS = 200;
+/** See lib/shared_changes.ts (COMMIT_OWNED's takes use the same head start). */
+export { OWN_TASK_HEAD_START_MS };
 
 /**
  * How many of the oldest matching rows a claim ranks (q.claimTasks): a few times its limit,
@@ -136,6 +129,11 @@ export class SharedWorkers implements WorkerService {
   >();
   /** Live attempts of executions owned here: token → session. */
   #held = new Map<string, { execution_id: string; session: string; worker_id: string }>();
+  /**
+   * The queued tasks of executions owned here (their rows' mirror), for a result that frees a
+   * slot (#takeLocal); entries that left the queue are dropped when met, and every few seconds.
+   */
+  #local: MemoryTaskQueue;
   /** Attempts taken over from a dead node: token → when to redeliver if nothing arrived. */
   #orphans = new Map<string, number>();
   #timers: ReturnType<typeof setInterval>[] = [];
@@ -149,6 +147,7 @@ export class SharedWorkers implements WorkerService {
     readonly opts: SharedWorkersOptions,
   ) {
     executions.observer = this;
+    this.#local = new MemoryTaskQueue(executions);
   }
 
   #q<T>(text: string, params: unknown[] = []): Promise<T[]> {
@@ -160,6 +159,7 @@ export class SharedWorkers implements WorkerService {
   start(): void {
     this.#timers.push(setInterval(() => this.#flushContacts(), CONTACT_FLUSH_MS));
     this.#timers.push(setInterval(() => this.#checkSessions(), CONTACT_CHECK_MS));
+    this.#timers.push(setInterval(() => this.#local.prune(), LOCAL_PRUNE_MS));
   }
 
   stop(): void {
@@ -444,6 +444,53 @@ export class SharedWorkers implements WorkerService {
   }
 
   /**
+   * Dispatches up to `max` tasks queued for executions this node owns (the local mirror of
+   * their rows) to `s`, each in an append that claims its row (COMMIT_OWNED's take). A take
+   * refused because another server claimed the row, or because an older row of the task
+   * waits, yields nothing here: the claim statement decides then.
+   */
+  async #takeLocal(s: Session, max: number): Promise<TaskPayload[]> {
+    const picked = this.#local.take(s, max);
+    const out = await Promise.all(picked.map(async (item): Promise<TaskPayload | null> => {
+      const token = `${item.execution_id}/${this.opts.newId()}`;
+      try {
+        const r = await this.executions.command(item.execution_id, {
+          type: "dispatch",
+          step: item.step,
+          token,
+          worker_id: s.worker_id,
+          worker_session: s.session_id,
+        });
+        if (!r?.accepted) return null;
+        return payload(r.state, item.step, token);
+      } catch (e) {
+        if (e instanceof TaskTakenError) return null;
+        // Not written, or not known to be (the execution is re-read from its history, and a
+        // dispatch that landed is redelivered): the row stays queued for a claim.
+        log.engine.warn("dispatch of a queued task failed; it stays queued", {
+          execution_id: item.execution_id,
+          step: item.step,
+          error: (e as Error).message,
+        });
+        this.#local.requeue([item]);
+        return null;
+      }
+    }));
+    return out.filter((t): t is TaskPayload => t !== null);
+  }
+
+  /** Tasks dispatched for an answer that failed: redelivered. */
+  #lose(s: Session, tasks: TaskPayload[]): void {
+    for (const t of tasks) {
+      this.executions.uncertain(
+        t.execution_id,
+        t.token,
+        `the result reported by worker \`${s.worker_id}\` with the task's request failed`,
+      );
+    }
+  }
+
+  /**
    * Puts a claimed row back on the queue (REQUEUE_TASK) or marks it cancelled (CANCEL_TASK)
    * when its dispatch was not recorded here. Until that lands nobody else would ever move the
    * row (only a takeover looks at claims of a live node), so a failure — the database being
@@ -551,7 +598,23 @@ export class SharedWorkers implements WorkerService {
     // append (its task row is written claimed). Only a step that was not queued before: a
     // queued row may be claimed by another server at this very moment.
     const s = take && take.maxTasks > 0 ? this.sessions.get(take.sessionId) : undefined;
+    const want = s ? Math.min(take!.maxTasks, s.concurrency) : 0;
     const eager = s && id && a ? this.eager(id, s) : undefined;
+    // The result leaves nothing of its execution for the freed slot: a task queued here for an
+    // execution this node owns is dispatched to it now, while the result is decided, so that
+    // both appends share one commit, which also claims the task's row (no claim statement;
+    // COMMIT_OWNED's take). The row may be claimed elsewhere meanwhile, or an older row of the
+    // task may wait elsewhere: that dispatch is then not written, and the claim below decides.
+    let local: Promise<TaskPayload[]> | null = null;
+    const follow = eager
+      ? (state: ExecutionState) => {
+        const command = eager.follow(state);
+        if (!command && !local && !signal?.aborted && this.sessions.has(s!.session_id)) {
+          local = this.#takeLocal(s!, want);
+        }
+        return command;
+      }
+      : undefined;
     // Owned elsewhere: the owner dispatches the next step to this session in the commit of
     // the result and sends the task back with its reply.
     const remote = s && id && !a
@@ -562,17 +625,26 @@ export class SharedWorkers implements WorkerService {
         tasks: s.tasks,
       }
       : undefined;
-    const r = await this.executions.report(token, result, eager?.follow, remote);
+    let r;
+    try {
+      r = await this.executions.report(token, result, follow, remote);
+    } catch (e) {
+      // The result was not applied (or not known to be): the worker hears an error and retries
+      // it; tasks dispatched for its slot never reach it, so they go out again.
+      if (local) this.#lose(s!, await (local as Promise<TaskPayload[]>));
+      throw e;
+    }
     if (s) this.#touch(s);
     const tasks = eager ? eager.tasks(r) : (r.tasks ?? []);
+    if (local) tasks.push(...await (local as Promise<TaskPayload[]>));
     if (tasks.length > 0) {
       this.tasksClaimed += tasks.length;
       this.metrics.tasksDispatched.inc({}, tasks.length);
     }
-    // The result left nothing of its execution for the freed slot: its next task comes from
-    // the queue now, in this answer, as on one server (the claim prefers this node's own
-    // executions), instead of after the worker's next poll.
-    const more = s ? Math.min(take!.maxTasks, s.concurrency) - tasks.length : 0;
+    // Nothing yet for the freed slot: its next task comes from the queue now, in this answer,
+    // as on one server (the claim prefers this node's own executions), instead of after the
+    // worker's next poll.
+    const more = want - tasks.length;
     if (s && more > 0 && !signal?.aborted && this.sessions.has(s.session_id)) {
       // The result is applied whatever happens here: a failed claim only leaves the slot to poll.
       tasks.push(
@@ -672,7 +744,10 @@ export class SharedWorkers implements WorkerService {
         this.#orphans.delete(token);
       }
     }
-    if (queued) this.wake();
+    if (queued) {
+      this.#local.enqueue(next);
+      this.wake();
+    }
   }
 
   dropped(last: ExecutionState): void {

@@ -83,11 +83,14 @@ export class GroupCommitter {
     }
     this.metrics.appendLatency.observe((performance.now() - started) / 1000);
     this.metrics.commits.inc();
-    // Shared mode: an execution owned elsewhere is fenced alone; the rest committed.
+    // Shared mode: an execution owned elsewhere is fenced alone, an append whose queued task
+    // another server claimed is refused alone; the rest committed.
     const fenced = result?.fenced;
+    const lost = result?.lost;
     let events = 0;
     for (const p of batch) {
-      const refused = fenced?.get(p.item.row.execution_id);
+      const id = p.item.row.execution_id;
+      const refused = fenced?.get(id) ?? lost?.get(id);
       if (refused) {
         p.reject(refused);
         continue;

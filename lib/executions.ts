@@ -32,6 +32,7 @@ import {
   type ExecutionRow,
   FencedError,
   type Store,
+  TaskTakenError,
   type WakingRow,
 } from "./store/store.ts";
 import { sharedChanges } from "./shared_changes.ts";
@@ -248,6 +249,7 @@ export class Executions {
         (next.root_id !== next.execution_id ? own.epochs.get(next.root_id) : undefined) ?? 1;
       const changes = sharedChanges(prev, next, events, now);
       for (const t of changes.enqueue) if (t.claimed) t.claimed.node_id = own.nodeId;
+      for (const t of changes.take) t.claimed_by = own.nodeId;
       item.shared = { node_id: own.nodeId, epoch, ...changes, inbox };
     }
     return item;
@@ -476,7 +478,9 @@ export class Executions {
       } catch (e) {
         // Memory stays as it was: the engine changes state only after a commit. The commit
         // may have landed all the same; the execution is rebuilt from history before it
-        // moves again. Fenced in shared mode: another node owns it, memory lets it go.
+        // moves again. Fenced in shared mode: another node owns it, memory lets it go. A task
+        // taken by another server: nothing was written, memory is right.
+        if (e instanceof TaskTakenError) throw e;
         if (!(e instanceof FencedError)) this.#markSuspect(id);
         else this.#fenced(id, e);
         throw storageError(e);

@@ -12,7 +12,22 @@
  */
 import type { HistoryEvent } from "./engine/events.ts";
 import { type ExecutionState, queuedSteps, type StepState } from "./engine/state.ts";
-import type { SharedAppend, TaskRow } from "./store/store.ts";
+import type { SharedAppend, TaskRow, TaskTake } from "./store/store.ts";
+
+/**
+ * The head start of tasks of executions a node owns when it claims (sql/postgres/shared.ts,
+ * claimTasks $7, and COMMIT_OWNED's take): a row owned elsewhere goes before an own row only
+ * when it was queued more than this earlier, so it is never more than this behind strict age
+ * order, whoever polls.
+ *
+ * 200 ms: far above what the owner's own polls need to take a fresh row (the owner wakes them
+ * at its commit, before the NOTIFY reaches anyone else; a claim is a few milliseconds), so a
+ * queue with rows of several owners sorts itself by owner, and a result reaches its owner with
+ * no forward (several statements and a NOTIFY per step). Small next to what a worker task
+ * takes and below the polls' one-second re-check, so a server without idle workers of its own,
+ * or a backlog of one server, costs the other rows at most a fifth of a second.
+ */
+export const OWN_TASK_HEAD_START_MS = 200;
 
 export function unitOf(s: ExecutionState, st: StepState): string {
   return `${s.run_id}/${st.id}/${st.attempt}/${Object.keys(st.tokens).length}`;
@@ -71,10 +86,11 @@ export function sharedChanges(
   next: ExecutionState,
   events: readonly HistoryEvent[],
   now: number,
-): Pick<SharedAppend, "enqueue" | "gone" | "cancel" | "done"> {
+): Pick<SharedAppend, "enqueue" | "gone" | "cancel" | "done" | "take"> {
   const before = queuedUnits(prev);
   const after = queuedUnits(next);
   const enqueue: TaskRow[] = [];
+  const take: TaskTake[] = [];
   for (const [unit, st] of after) {
     if (before.has(unit)) continue;
     enqueue.push(taskRow(next, st, unit, now));
@@ -86,7 +102,18 @@ export function sharedChanges(
     const st = next.steps[e.step];
     if (!st || st.kind !== "task" || st.status !== "dispatched") continue;
     const unit = `${next.run_id}/${st.id}/${st.attempt}/${Object.keys(st.tokens).length - 1}`;
-    if (before.has(unit)) continue; // a claimed queued row: it has its token already
+    if (before.has(unit)) {
+      // A queued row: claimed by a claim statement with this token already, or taken now.
+      take.push({
+        unit,
+        token: e.token,
+        session_id: e.worker_session,
+        claimed_by: "",
+        claimed_ms: now,
+        head_ms: OWN_TASK_HEAD_START_MS,
+      });
+      continue;
+    }
     enqueue.push({
       ...taskRow(next, st, unit, now),
       claimed: { token: e.token, session_id: e.worker_session, node_id: "" },
@@ -114,5 +141,5 @@ export function sharedChanges(
   }
   // A result can arrive for a token that died earlier (the step had moved on): its row goes.
   for (const t of reported) if (!done.includes(t) && !live.has(t)) done.push(t);
-  return { enqueue, gone, cancel, done };
+  return { enqueue, gone, cancel, done, take };
 }

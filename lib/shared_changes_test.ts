@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { Driver, task, workflow } from "./engine/testing.ts";
 import type { ExecutionState } from "./engine/state.ts";
-import { sharedChanges } from "./shared_changes.ts";
+import { OWN_TASK_HEAD_START_MS, sharedChanges } from "./shared_changes.ts";
 
 /** Sends a command through the driver and returns the queue changes of its append. */
 async function step(d: Driver, send: () => Promise<unknown>) {
@@ -11,7 +11,7 @@ async function step(d: Driver, send: () => Promise<unknown>) {
   return sharedChanges(prev, d.s, d.history.slice(before), d.now);
 }
 
-Deno.test("sharedChanges: a scheduled task is enqueued once, its claim-and-dispatch changes no row", async () => {
+Deno.test("sharedChanges: a scheduled task is enqueued once, its dispatch takes the queued row", async () => {
   const d = new Driver(workflow([task("a", { input: "{% $input %}" }), task("b")]));
   const start = await step(d, () => d.start({ x: 1 }));
   assert.equal(start.enqueue.length, 1);
@@ -20,7 +20,21 @@ Deno.test("sharedChanges: a scheduled task is enqueued once, its claim-and-dispa
   assert.deepEqual(start.enqueue[0]!.payload.input, { x: 1 });
   let token = "";
   const dispatch = await step(d, async () => token = await d.dispatch("a"));
-  assert.deepEqual(dispatch, { enqueue: [], gone: [], cancel: [], done: [] });
+  // The queued row is taken in the dispatch's commit (or carries the token of its claim).
+  assert.deepEqual(dispatch, {
+    enqueue: [],
+    gone: [],
+    cancel: [],
+    done: [],
+    take: [{
+      unit: "run-1/a/1/0",
+      token,
+      session_id: "sess-1",
+      claimed_by: "",
+      claimed_ms: d.now,
+      head_ms: OWN_TASK_HEAD_START_MS,
+    }],
+  });
   const done = await step(d, () => d.complete(token, 2));
   assert.deepEqual(done.done, [token]);
   assert.deepEqual(done.cancel, []);

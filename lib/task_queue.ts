@@ -9,7 +9,8 @@
  * `MemoryTaskQueue` is the single server's (and standby mode's) queue. Shared mode keeps its
  * own queue over the `orbit_tasks` table, in cluster/shared_workers.ts: there a claim is one
  * `FOR UPDATE SKIP LOCKED` statement, asynchronous, and not an implementation of this
- * interface.
+ * interface; a `MemoryTaskQueue` there mirrors the rows of the executions the server owns, so
+ * that a result can hand its freed slot one of them in its own commit.
  */
 import { type ExecutionState, queuedSteps } from "./engine/state.ts";
 import type { Executions } from "./executions.ts";
@@ -99,6 +100,23 @@ export class MemoryTaskQueue implements TaskQueue {
       let list = this.#queue.get(k);
       if (!list) this.#queue.set(k, list = []);
       list.unshift(q);
+    }
+  }
+
+  /**
+   * Drops the entries no longer queued. `take` drops them as it meets them; a queue no session
+   * takes from (shared mode's mirror of its own rows, whose tasks other servers claim) needs
+   * this now and then.
+   */
+  prune(): void {
+    for (const [k, list] of this.#queue) {
+      const keep = list.filter((item) => {
+        if (this.#current(item)) return true;
+        this.#queued.delete(queuedId(item));
+        return false;
+      });
+      if (keep.length === 0) this.#queue.delete(k);
+      else this.#queue.set(k, keep);
     }
   }
 

@@ -1,10 +1,12 @@
 /**
  * Shared mode, as on one server: a worker's result that leaves its slot free (the execution has
- * nothing more for that worker) comes back with the next queued task in the same answer, claimed
- * from `orbit_tasks` (the claim prefers the server's own executions), instead of the worker
- * having to poll for it. Each task is handed out once and every execution completes once.
+ * nothing more for that worker) comes back with the next queued task in the same answer instead
+ * of the worker having to poll for it: a task of an execution the server owns is dispatched in
+ * the result's own commit, which claims its `orbit_tasks` row (COMMIT_OWNED's take). Each task
+ * is handed out once and every execution completes once.
  */
 import assert from "node:assert/strict";
+import postgres from "postgres";
 import { sharedPostgres } from "./support/pg.ts";
 import { startSharedCluster } from "./support/shared_cluster.ts";
 
@@ -50,7 +52,13 @@ Deno.test({
       await start("b", 2);
       await start("c", 3);
 
-      // a's result frees the slot: a queued task (b's or c's) comes back in the answer.
+      // a's result frees the slot: a queued task (b's or c's) comes back in the answer, its
+      // dispatch written in the result's commit (which also claims its row): one commit.
+      const commits = async () => {
+        const m = await api.get("/v1/metrics");
+        return Number(String(m.body).match(/^orbit_commits_total (\S+)$/m)?.[1]);
+      };
+      const before = await commits();
       const ra = await api.post("/v1/tasks/complete", {
         token: pa.body.tasks[0].token,
         output: 10,
@@ -63,6 +71,15 @@ Deno.test({
       const next = ra.body.tasks[0];
       assert.ok(["b", "c"].includes(next.execution_id), JSON.stringify(next));
       const other = next.execution_id === "b" ? "c" : "b";
+      assert.equal(await commits(), before + 1, "the result and the dispatch share one commit");
+      const sql = postgres(db, { max: 1, onnotice: () => {} });
+      try {
+        const rows = await sql`SELECT state, token FROM orbit_tasks WHERE execution_id = ${next
+          .execution_id as string}`;
+        assert.deepEqual(rows.map((r) => [r.state, r.token]), [["claimed", next.token]]);
+      } finally {
+        await sql.end();
+      }
 
       // Its result takes the last one; the last result's answer has nothing left to give.
       const rn = await api.post("/v1/tasks/complete", {

@@ -47,6 +47,7 @@ import {
   type ScheduleUpdate,
   type SharedAppend,
   type Store,
+  TaskTakenError,
   termFencedError,
   type WakingRow,
 } from "./store.ts";
@@ -159,6 +160,8 @@ function sharedParams(items: AppendItem[]): unknown[] {
   const cancel: unknown[] = [];
   const done: unknown[] = [];
   const inbox: unknown[] = [];
+  const take: unknown[] = [];
+  const taking = new Set<string>();
   for (const item of items) {
     const sh: SharedAppend | undefined = item.shared;
     if (!sh) continue;
@@ -168,8 +171,19 @@ function sharedParams(items: AppendItem[]): unknown[] {
     for (const token of sh.cancel) cancel.push({ execution_id, token });
     for (const token of sh.done) done.push({ execution_id, token });
     for (const seq of sh.inbox) inbox.push({ execution_id, seq });
+    for (const t of sh.take) {
+      // A lost take drops its execution's whole part of the statement, so one execution's takes
+      // must win or lose together: two in one statement could split (one row claimed, its
+      // dispatch not written). Appends of one execution are serialized, so this does not
+      // happen; should it, the committer commits the items one by one.
+      if (taking.has(execution_id)) {
+        throw new Error(`two task takes of execution ${execution_id} in one commit`);
+      }
+      taking.add(execution_id);
+      take.push({ execution_id, ...t });
+    }
   }
-  return [enqueue, gone, cancel, done, inbox];
+  return [enqueue, gone, cancel, done, inbox, take];
 }
 
 /**
@@ -364,6 +378,7 @@ class PostgresStore implements Store {
       fenced: Array<{ execution_id: string; node_id: string | null; epoch: number | null }>;
       queued: number;
       closed: string[];
+      lost: string[];
     }[];
     try {
       result = await this.#query(COMMIT_OWNED, [rows, events, ...sharedParams(items)]);
@@ -379,8 +394,19 @@ class PostgresStore implements Store {
       const held = rows.find((r) => r.execution_id === f.execution_id)?.owner_epoch ?? 0;
       fenced.set(f.execution_id, ownerFencedError(f.execution_id, f, held));
     }
-    if (log.shared.isEnabledFor("debug")) logAppends(rows, events, new Set(fenced.keys()));
-    return { fenced };
+    const lost = new Map<string, TaskTakenError>();
+    for (const id of result[0]?.lost ?? []) {
+      lost.set(
+        id,
+        new TaskTakenError(
+          `execution \`${id}\`: its queued task was claimed by another server, or an older one waits`,
+        ),
+      );
+    }
+    if (log.shared.isEnabledFor("debug")) {
+      logAppends(rows, events, new Set([...fenced.keys(), ...lost.keys()]));
+    }
+    return { fenced, lost };
   }
 
   async getExecution(executionId: string): Promise<ExecutionRow | null> {

@@ -9,16 +9,27 @@ import { sharedPostgres } from "../../tests/support/pg.ts";
 import { openPostgresStore } from "./postgres.ts";
 import type { AppendItem, SharedAppend } from "./store.ts";
 import { appendItem, createItem } from "./store_conformance.ts";
+import { waitFor } from "../../tests/support/server.ts";
 
 function shared(node: string, epoch: number, over: Partial<SharedAppend> = {}): SharedAppend {
-  return { node_id: node, epoch, enqueue: [], gone: [], cancel: [], done: [], inbox: [], ...over };
+  return {
+    node_id: node,
+    epoch,
+    enqueue: [],
+    gone: [],
+    cancel: [],
+    done: [],
+    inbox: [],
+    take: [],
+    ...over,
+  };
 }
 
 function owned(item: AppendItem, node: string, epoch: number, over: Partial<SharedAppend> = {}) {
   return { ...item, shared: shared(node, epoch, over) };
 }
 
-function task(execution_id: string, run_id: string, unit: string) {
+function task(execution_id: string, run_id: string, unit: string, enqueued_ms = 1) {
   return {
     execution_id,
     run_id,
@@ -28,7 +39,7 @@ function task(execution_id: string, run_id: string, unit: string) {
     task_name: "orders.validate",
     contract_version: "1",
     language: null,
-    enqueued_ms: 1,
+    enqueued_ms,
     payload: { task: "orders.validate", contract: "1", input: null },
   };
 }
@@ -43,6 +54,7 @@ Deno.test("postgres shared commit: an execution owned elsewhere is fenced alone,
     const b = createItem("b");
     assert.deepEqual(await store.commit([owned(a, "n1", 1), owned(b, "n1", 1)]), {
       fenced: new Map(),
+      lost: new Map(),
     });
     const owners = await sql`SELECT execution_id, node_id, epoch FROM orbit_owners ORDER BY 1`;
     assert.deepEqual(owners.map((o) => [o.execution_id, o.node_id, Number(o.epoch)]), [
@@ -118,6 +130,124 @@ Deno.test("postgres shared commit: a create of an existing id is a DuplicateExec
     );
     assert.equal(await store.getExecution("c"), null);
   } finally {
+    await store.close();
+  }
+});
+
+function take(unit: string, token: string, claimed_ms = 5000) {
+  return { unit, token, session_id: "s1", claimed_by: "n1", claimed_ms, head_ms: 200 };
+}
+
+Deno.test("postgres shared commit: a dispatch takes its queued row; a row claimed by another token, or younger than a waiting row by more than the head start, refuses that append alone", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    await store.migrate();
+    const [a, b, c, d] = ["a", "b", "c", "d"].map((id) => createItem(id));
+    await store.commit([
+      owned(a!, "n1", 1, { enqueue: [task("a", a!.row.run_id, "ua", 1000)] }),
+      owned(b!, "n1", 1, { enqueue: [task("b", b!.row.run_id, "ub", 1000)] }),
+      owned(c!, "n1", 1, { enqueue: [task("c", c!.row.run_id, "uc", 1000)] }),
+      owned(d!, "n1", 1, { enqueue: [task("d", d!.row.run_id, "ud", 1100)] }),
+    ]);
+    // `b` was claimed by another server (token b/other); `c`'s claim statement gave it c/t1.
+    await sql`UPDATE orbit_tasks SET state = 'claimed', token = 'b/other' WHERE unit = 'ub'`;
+    await sql`UPDATE orbit_tasks SET state = 'claimed', token = 'c/t1' WHERE unit = 'uc'`;
+    const r = await store.commit([
+      owned(appendItem(a!.row, 1), "n1", 1, { take: [take("ua", "a/t1")] }),
+      owned(appendItem(b!.row, 1), "n1", 1, { take: [take("ub", "b/t1")] }),
+      owned(appendItem(c!.row, 1), "n1", 1, { take: [take("uc", "c/t1")] }),
+    ]);
+    assert.deepEqual([...r!.lost!.keys()], ["b"]);
+    assert.equal(r!.lost!.get("b")!.name, "TaskTakenError");
+    assert.deepEqual([...r!.fenced!.keys()], []);
+    assert.equal((await store.readHistory(a!.row.run_id, 0, 10)).length, 2);
+    assert.equal((await store.readHistory(b!.row.run_id, 0, 10)).length, 1);
+    assert.equal((await store.readHistory(c!.row.run_id, 0, 10)).length, 2);
+    const rows = async () =>
+      (await sql`SELECT unit, state, token, session_id, claimed_by, claimed_ms FROM orbit_tasks
+                 ORDER BY unit`).map((t) => [t.unit, t.state, t.token, t.claimed_by]);
+    assert.deepEqual(await rows(), [
+      ["ua", "claimed", "a/t1", "n1"],
+      ["ub", "claimed", "b/other", null],
+      ["uc", "claimed", "c/t1", null],
+      ["ud", "queued", null, null],
+    ]);
+
+    // A row of the same task queued more than the head start before `d`'s: the claim decides.
+    const e = createItem("e");
+    await store.commit([owned(e, "n1", 1, { enqueue: [task("e", e.row.run_id, "ue", 800)] })]);
+    const refused = await store.commit([
+      owned(appendItem(d!.row, 1), "n1", 1, { take: [take("ud", "d/t1")] }),
+    ]);
+    assert.deepEqual([...refused!.lost!.keys()], ["d"]);
+    assert.equal((await store.readHistory(d!.row.run_id, 0, 10)).length, 1);
+    // Within the head start it is taken.
+    await sql`UPDATE orbit_tasks SET enqueued_ms = 950 WHERE unit = 'ue'`;
+    const taken = await store.commit([
+      owned(appendItem(d!.row, 1), "n1", 1, { take: [take("ud", "d/t1")] }),
+    ]);
+    assert.deepEqual([...taken!.lost!.keys()], []);
+    assert.deepEqual((await rows()).find((t) => t[0] === "ud"), ["ud", "claimed", "d/t1", "n1"]);
+
+    // Two takes of one execution in one statement could split: refused as a whole.
+    const f = createItem("f");
+    await store.commit([owned(f, "n1", 1, {
+      enqueue: [task("f", f.row.run_id, "uf1", 5000), task("f", f.row.run_id, "uf2", 5000)],
+    })]);
+    await assert.rejects(
+      store.commit([
+        owned(appendItem(f.row, 1), "n1", 1, { take: [take("uf1", "f/t1"), take("uf2", "f/t2")] }),
+      ]),
+      /two task takes of execution f/,
+    );
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+});
+
+Deno.test("postgres shared commit: a take waits for a claim holding the row, then yields to it", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const other = postgres(url, { max: 1, onnotice: () => {} });
+  const watch = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    await store.migrate();
+    const a = createItem("a");
+    await store.commit([owned(a, "n1", 1, { enqueue: [task("a", a.row.run_id, "ua", 1000)] })]);
+    // Another server's claim has locked the row and not committed yet.
+    let release!: () => void;
+    const held = new Promise<void>((r) => release = r);
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => locked = r);
+    const claim = other.begin(async (tx) => {
+      await tx`SELECT id FROM orbit_tasks WHERE unit = 'ua' FOR UPDATE`;
+      await tx`UPDATE orbit_tasks SET state = 'claimed', token = 'a/other' WHERE unit = 'ua'`;
+      locked();
+      await held;
+    });
+    await isLocked;
+    const commit = store.commit([
+      owned(appendItem(a.row, 1), "n1", 1, { take: [take("ua", "a/t1")] }),
+    ]);
+    // The commit waits on the row lock (a lock not granted) until the claim commits.
+    await waitFor(
+      async () =>
+        (await watch`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`)[0]!.n > 0,
+      "the commit waiting on the claim's row lock",
+    );
+    release();
+    await claim;
+    const r = await commit;
+    assert.deepEqual([...r!.lost!.keys()], ["a"]);
+    assert.equal((await store.readHistory(a.row.run_id, 0, 10)).length, 1);
+    const [row] = await other`SELECT state, token FROM orbit_tasks WHERE unit = 'ua'`;
+    assert.deepEqual([row!.state, row!.token], ["claimed", "a/other"]);
+  } finally {
+    await other.end();
+    await watch.end();
     await store.close();
   }
 });

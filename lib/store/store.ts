@@ -94,6 +94,23 @@ export interface SharedAppend {
   done: string[];
   /** Inbox entries applied by this append. */
   inbox: number[];
+  /**
+   * Dispatches of units that were queued: the row is claimed with the token in this commit
+   * unless it already carries it (a claim statement took it); when another token has it, or a
+   * row of the same task waits more than `head_ms` longer, the append is refused
+   * (TaskTakenError) and nothing of it is written.
+   */
+  take: TaskTake[];
+}
+
+/** A dispatch of a queued unit (SharedAppend.take). */
+export interface TaskTake {
+  unit: string;
+  token: string;
+  session_id: string;
+  claimed_by: string;
+  claimed_ms: number;
+  head_ms: number;
 }
 
 /**
@@ -102,6 +119,8 @@ export interface SharedAppend {
  */
 export interface CommitResult {
   fenced?: Map<string, FencedError>;
+  /** Appends whose queued task another server claimed first (shared mode). */
+  lost?: Map<string, TaskTakenError>;
 }
 
 export interface ListExecutionsQuery {
@@ -120,6 +139,15 @@ export interface ExecutionPage {
 /** Raised by `commit` when the fence of a clustered store rejects the append. */
 export class FencedError extends Error {
   override name = "FencedError";
+}
+
+/**
+ * Shared mode: an append that dispatched a queued task was not written, because the task's
+ * row had been claimed by another server (or an older row of the same task waits and the
+ * claim statement decides). Nothing of the append was written; memory stays as it was.
+ */
+export class TaskTakenError extends Error {
+  override name = "TaskTakenError";
 }
 
 /** The FencedError of an append to an execution this node no longer owns (shared mode). */

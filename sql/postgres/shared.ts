@@ -36,6 +36,15 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
  *   eager dispatch (the result's worker takes the next step in the same append), `gone` deletes queued rows
  *   of units no longer queued, `cancel` marks claimed attempts the owner no longer needs,
  *   `done` deletes the rows of attempts whose result was recorded.
+ * - `take`: the dispatches of units that were queued. A row claimed by a claim statement
+ *   (here or elsewhere) carries the dispatch's token already; a row still queued is claimed
+ *   here, in the commit of its dispatch (the owner handing its own queued task to a worker
+ *   slot the same commit freed: no claim statement, no second commit), unless a row of the
+ *   same task queued more than `head_ms` earlier waits (the claim statement's order: the
+ *   claim then decides). A take whose row was claimed with another token meanwhile (another
+ *   server's claim won: its lock made this UPDATE wait, then skip the row), or that yields to
+ *   an older row, is `lost`: nothing of that execution is written, the others commit, and the
+ *   store raises TaskTakenError for it.
  *
  * - No NOTIFY here: PostgreSQL holds a global lock from a notifying transaction's commit until
  *   it is flushed, which would serialize every commit of every server. The statement answers
@@ -45,7 +54,8 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
  * Params: $1 rows (+ is_create, owner_node, owner_epoch), $2 events, $3 enqueue
  * [{execution_id, run_id, step, attempt, unit, task_name, contract_version, language,
  * enqueued_ms, payload}], $4 gone [{execution_id, unit}], $5 cancel [{execution_id, token}],
- * $6 done [{execution_id, token}], $7 inbox entries applied [{execution_id, seq}].
+ * $6 done [{execution_id, token}], $7 inbox entries applied [{execution_id, seq}], $8 take
+ * [{execution_id, unit, token, session_id, claimed_by, claimed_ms, head_ms}].
  */
 export const COMMIT_OWNED = `
 WITH item AS (
@@ -60,9 +70,32 @@ own AS (
   WHERE o.execution_id IN (SELECT execution_id FROM item WHERE NOT is_create)
   FOR SHARE
 ),
-ok AS (
+owned AS (
   SELECT i.execution_id FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
   WHERE i.is_create OR (o.node_id = i.owner_node AND o.epoch = i.owner_epoch)
+),
+take AS (
+  SELECT * FROM jsonb_to_recordset($8::jsonb) AS k(execution_id text, unit text, token text,
+    session_id text, claimed_by text, claimed_ms bigint, head_ms bigint)
+),
+took AS (
+  UPDATE orbit_tasks t SET state = 'claimed', token = k.token, session_id = k.session_id,
+    claimed_by = k.claimed_by, claimed_ms = k.claimed_ms
+  FROM take k
+  WHERE t.unit = k.unit AND t.state = 'queued'
+    AND k.execution_id IN (SELECT execution_id FROM owned)
+    AND NOT EXISTS (SELECT 1 FROM orbit_tasks x
+      WHERE x.state = 'queued' AND x.task_name = t.task_name
+        AND x.enqueued_ms < t.enqueued_ms - k.head_ms AND x.contract_version = t.contract_version)
+  RETURNING k.token
+),
+lost AS (
+  SELECT DISTINCT k.execution_id FROM take k
+  WHERE k.token NOT IN (SELECT token FROM took)
+    AND NOT EXISTS (SELECT 1 FROM orbit_tasks t WHERE t.unit = k.unit AND t.token = k.token)
+),
+ok AS (
+  SELECT execution_id FROM owned WHERE execution_id NOT IN (SELECT execution_id FROM lost)
 ),
 ev AS (
   INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data)
@@ -159,7 +192,9 @@ SELECT (SELECT count(*) FROM ev) AS events,
   (SELECT coalesce(json_agg(json_build_object('execution_id', i.execution_id,
      'node_id', o.node_id, 'epoch', o.epoch)), '[]'::json)
    FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
-   WHERE NOT i.is_create AND i.execution_id NOT IN (SELECT execution_id FROM ok)) AS fenced`;
+   WHERE NOT i.is_create AND i.execution_id NOT IN (SELECT execution_id FROM owned)) AS fenced,
+  (SELECT coalesce(json_agg(l.execution_id), '[]'::json) FROM lost l
+   WHERE l.execution_id IN (SELECT execution_id FROM owned)) AS lost`;
 
 // ---------------------------------------------------------------------------------------------
 // orbit_nodes: membership and heartbeats
