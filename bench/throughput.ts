@@ -159,6 +159,7 @@ async function serverCounters(c: ReturnType<typeof api>) {
       .reduce((n, m) => n + Number(m[1]), 0);
   return {
     forwards: sum("orbit_commands_forwarded_total"),
+    requests: sum("orbit_http_requests_total"),
     commits: read("orbit_commits_total"),
     events: read("orbit_events_appended_total"),
     commitSeconds: read("orbit_append_latency_seconds_sum"),
@@ -266,6 +267,7 @@ async function bench(store: "sqlite" | "postgres") {
     return {
       commits: each.reduce((n, x) => n + x.commits, 0),
       forwards: each.reduce((n, x) => n + x.forwards, 0),
+      requests: each.reduce((n, x) => n + x.requests, 0),
       events: each.reduce((n, x) => n + x.events, 0),
       commitSeconds: each.reduce((n, x) => n + x.commitSeconds, 0),
     };
@@ -394,6 +396,9 @@ async function bench(store: "sqlite" | "postgres") {
       commits_per_order: round((counters.commits - counters0.commits) / ORDERS, 2),
       // Shared mode: results, dispatches, signals and cancels sent to another node's inbox.
       forwards_per_order: round((counters.forwards - counters0.forwards) / ORDERS, 2),
+      // HTTP requests the servers answered (the bench's own /v1/metrics reads included: 2 per
+      // server), per order.
+      requests_per_order: round((counters.requests - counters0.requests) / ORDERS, 2),
       events_per_commit: round(
         (counters.events - counters0.events) / (counters.commits - counters0.commits),
         1,
@@ -427,7 +432,7 @@ for (const s of stores) {
       r.waiting ? `, ${r.waiting} executions waiting` : ""
     }; ${r.seconds} s)\n` +
       `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
-      `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each; server wrote ${r.server_written_kb_per_order} KB per order${
+      `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.requests_per_order} HTTP requests and ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each; server wrote ${r.server_written_kb_per_order} KB per order${
         SHARED > 0 ? `; ${r.forwards_per_order} forwards to an owner per order` : ""
       }); server main thread busy ${Math.round(r.main_thread_busy_share * 100)} % (on CPU ${
         Math.round(r.main_thread_cpu_share * 100)
