@@ -9,6 +9,7 @@ import { sharedPostgres } from "../../tests/support/pg.ts";
 import { openPostgresStore } from "./postgres.ts";
 import type { AppendItem, SharedAppend } from "./store.ts";
 import { appendItem, createItem } from "./store_conformance.ts";
+import { COMMIT_OWNED } from "../../sql/postgres/shared.ts";
 import { waitFor } from "../../tests/support/server.ts";
 
 function shared(node: string, epoch: number, over: Partial<SharedAppend> = {}): SharedAppend {
@@ -248,6 +249,61 @@ Deno.test("postgres shared commit: a take waits for a claim holding the row, the
   } finally {
     await other.end();
     await watch.end();
+    await store.close();
+  }
+});
+
+Deno.test("postgres shared commit: with many executions owned, the commit's plan reads ownership and task rows through their indexes", async () => {
+  // The statement's parameters are JSON arrays the planner guesses at 100 rows; joined with
+  // them, the plan read every claimed attempt of orbit_tasks on every commit (twice), and all of
+  // orbit_owners when it was cached while the table was small (5.2 ms in the executor with 20,000
+  // waiting executions owned, against 1.2 ms with none). Looked up from arrays, it probes.
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    await store.migrate();
+    await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+      SELECT 'x' || i, 'x' || i, 'n1', 1, 0 FROM generate_series(1, 20000) AS i`;
+    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+        contract_version, state, enqueued_ms, payload, token, session_id, claimed_by, claimed_ms)
+      SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'claimed', 0, '{}', 'x' || i || '/t',
+        's1', 'n1', 0 FROM generate_series(1, 5000) AS i`;
+    await sql`ANALYZE orbit_owners`;
+    await sql`ANALYZE orbit_tasks`;
+    await sql.unsafe(
+      `PREPARE c (jsonb, jsonb, jsonb, jsonb, jsonb, jsonb, jsonb, jsonb) AS ${COMMIT_OWNED}`,
+    );
+    await sql`SET plan_cache_mode = force_generic_plan`;
+    const a = createItem("a");
+    const params = [
+      [{ ...a.row, is_create: false, owner_node: "n1", owner_epoch: 1, wake_at_ms: 0 }],
+      [],
+      [],
+      [{ execution_id: "a", unit: "u1" }],
+      [{ execution_id: "a", token: "x2/t" }],
+      [{ execution_id: "a", token: "x3/t" }],
+      [],
+      [{
+        execution_id: "a",
+        unit: "u4",
+        token: "a/t",
+        session_id: "s",
+        claimed_by: "n1",
+        claimed_ms: 0,
+        head_ms: 200,
+      }],
+    ].map((p) => `'${JSON.stringify(p).replaceAll("'", "''")}'`);
+    const plan = await sql.unsafe(`EXPLAIN (FORMAT JSON) EXECUTE c (${params.join(", ")})`);
+    const scans: string[] = [];
+    const walk = (n: Record<string, unknown>) => {
+      if (n["Node Type"] === "Seq Scan") scans.push(String(n["Relation Name"]));
+      for (const c of (n["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(c);
+    };
+    walk((plan[0]!["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+    assert.deepEqual(scans.filter((r) => r === "orbit_owners" || r === "orbit_tasks"), []);
+  } finally {
+    await sql.end();
     await store.close();
   }
 });

@@ -46,6 +46,12 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
  *   an older row, is `lost`: nothing of that execution is written, the others commit, and the
  *   store raises TaskTakenError for it.
  *
+ * - Ownership and task rows are found through their unique indexes (`execution_id`, `unit`,
+ *   `token`) from arrays built first (`= ANY (ARRAY(…))`). Joined with the parameters instead
+ *   (`IN (SELECT … FROM jsonb_to_recordset(…))`, which the planner guesses at 100 rows), the
+ *   plans read whole tables on every commit: all of `orbit_owners` (a commit took 5.2 ms in the
+ *   executor with 20,000 waiting executions owned, against 1.2 ms with none) and every claimed
+ *   attempt of `orbit_tasks`.
  * - No NOTIFY here: PostgreSQL holds a global lock from a notifying transaction's commit until
  *   it is flushed, which would serialize every commit of every server. The statement answers
  *   how many rows it queued and which executions closed; the caller notifies (orbit_tasks,
@@ -67,7 +73,7 @@ WITH item AS (
 ),
 own AS (
   SELECT o.execution_id, o.node_id, o.epoch FROM orbit_owners o
-  WHERE o.execution_id IN (SELECT execution_id FROM item WHERE NOT is_create)
+  WHERE o.execution_id = ANY (ARRAY(SELECT execution_id FROM item WHERE NOT is_create))
   FOR SHARE
 ),
 owned AS (
@@ -82,17 +88,18 @@ took AS (
   UPDATE orbit_tasks t SET state = 'claimed', token = k.token, session_id = k.session_id,
     claimed_by = k.claimed_by, claimed_ms = k.claimed_ms
   FROM take k
-  WHERE t.unit = k.unit AND t.state = 'queued'
-    AND k.execution_id IN (SELECT execution_id FROM owned)
-    AND NOT EXISTS (SELECT 1 FROM orbit_tasks x
-      WHERE x.state = 'queued' AND x.task_name = t.task_name
-        AND x.enqueued_ms < t.enqueued_ms - k.head_ms AND x.contract_version = t.contract_version)
+  WHERE t.unit = ANY (ARRAY(
+      SELECT unit FROM take WHERE execution_id IN (SELECT execution_id FROM owned)))
+    AND t.unit = k.unit AND t.state = 'queued'
+    AND (SELECT min(x.enqueued_ms) FROM orbit_tasks x
+         WHERE x.state = 'queued' AND x.task_name = t.task_name
+           AND x.contract_version = t.contract_version) >= t.enqueued_ms - k.head_ms
   RETURNING k.token
 ),
 lost AS (
   SELECT DISTINCT k.execution_id FROM take k
   WHERE k.token NOT IN (SELECT token FROM took)
-    AND NOT EXISTS (SELECT 1 FROM orbit_tasks t WHERE t.unit = k.unit AND t.token = k.token)
+    AND k.token IS DISTINCT FROM (SELECT t.token FROM orbit_tasks t WHERE t.unit = k.unit)
 ),
 ok AS (
   SELECT execution_id FROM owned WHERE execution_id NOT IN (SELECT execution_id FROM lost)
@@ -129,10 +136,10 @@ owner_in AS (
   RETURNING 1
 ),
 owner_out AS (
-  DELETE FROM orbit_owners WHERE execution_id IN (
+  DELETE FROM orbit_owners WHERE execution_id = ANY (ARRAY(
     SELECT execution_id FROM item
     WHERE NOT is_create AND status NOT IN ('running', 'continued')
-      AND execution_id IN (SELECT execution_id FROM ok))
+      AND execution_id IN (SELECT execution_id FROM ok)))
   RETURNING 1
 ),
 task_in AS (
@@ -151,23 +158,25 @@ task_in AS (
   RETURNING (state = 'queued') AS queued
 ),
 task_gone AS (
-  DELETE FROM orbit_tasks WHERE state = 'queued' AND unit IN (
+  DELETE FROM orbit_tasks WHERE state = 'queued' AND unit = ANY (ARRAY(
     SELECT g.unit FROM jsonb_to_recordset($4::jsonb) AS g(execution_id text, unit text)
-    WHERE g.execution_id IN (SELECT execution_id FROM ok))
+    WHERE g.execution_id IN (SELECT execution_id FROM ok)))
   RETURNING 1
 ),
 task_cancel AS (
   UPDATE orbit_tasks SET state = 'cancelled' WHERE state = 'claimed' AND (
-    token IN (SELECT c.token FROM jsonb_to_recordset($5::jsonb) AS c(execution_id text, token text)
-              WHERE c.execution_id IN (SELECT execution_id FROM ok))
-    OR unit IN (SELECT g.unit FROM jsonb_to_recordset($4::jsonb) AS g(execution_id text, unit text)
-                WHERE g.execution_id IN (SELECT execution_id FROM ok)))
+    token = ANY (ARRAY(
+      SELECT c.token FROM jsonb_to_recordset($5::jsonb) AS c(execution_id text, token text)
+      WHERE c.execution_id IN (SELECT execution_id FROM ok)))
+    OR unit = ANY (ARRAY(
+      SELECT g.unit FROM jsonb_to_recordset($4::jsonb) AS g(execution_id text, unit text)
+      WHERE g.execution_id IN (SELECT execution_id FROM ok))))
   RETURNING 1
 ),
 task_done AS (
-  DELETE FROM orbit_tasks WHERE token IN (
+  DELETE FROM orbit_tasks WHERE token = ANY (ARRAY(
     SELECT d.token FROM jsonb_to_recordset($6::jsonb) AS d(execution_id text, token text)
-    WHERE d.execution_id IN (SELECT execution_id FROM ok))
+    WHERE d.execution_id IN (SELECT execution_id FROM ok)))
   RETURNING 1
 ),
 inbox_done AS (
