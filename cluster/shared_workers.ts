@@ -125,7 +125,13 @@ export class SharedWorkers implements WorkerService {
   #lines = new Map<string, Array<{ wake: () => void }>>();
   /** Polls waiting here, for a new execution's first task (offerFirst). */
   #waiting = new Set<
-    { s: Session; deliver: (tasks: TaskPayload[]) => boolean; wake: () => void }
+    {
+      s: Session;
+      deliver: (tasks: TaskPayload[]) => boolean;
+      wake: () => void;
+      /** Set aside for a start's first task (offerFirst): only its answer or release ends it. */
+      offered: boolean;
+    }
   >();
   /** Live attempts of executions owned here: token → session. */
   #held = new Map<string, { execution_id: string; session: string; worker_id: string }>();
@@ -193,6 +199,7 @@ export class SharedWorkers implements WorkerService {
         if (!serves(w.s, st)) continue;
         this.#waiting.delete(w);
         this.#wakers.delete(w.wake);
+        w.offered = true;
         const command = dispatchTo(state.execution_id, st.id, w.s, this.opts.newId);
         return {
           command,
@@ -200,9 +207,9 @@ export class SharedWorkers implements WorkerService {
             const task = payload(next, st.id, command.token);
             this.tasksClaimed++;
             this.metrics.tasksDispatched.inc();
-            // The poll ended meanwhile (its wait ran out, its request closed): redelivered.
-            // The dispatch names the session, not the poll: another poll of the session
-            // waiting here takes it; with none, it is redelivered.
+            // The poll's request closed meanwhile (nothing else ends a poll set aside): the
+            // dispatch names the session, not the poll, so another poll of the session waiting
+            // here takes it; with none, it is redelivered.
             if (!w.deliver([task]) && !this.#handOver(w.s, task)) {
               this.executions.uncertain(
                 state.execution_id,
@@ -211,7 +218,10 @@ export class SharedWorkers implements WorkerService {
               );
             }
           },
-          release: () => w.wake(),
+          release: () => {
+            w.offered = false;
+            w.wake();
+          },
         };
       }
     }
@@ -327,6 +337,7 @@ export class SharedWorkers implements WorkerService {
               return true;
             },
             wake: () => {},
+            offered: false,
           };
           const done = () => {
             finished = true;
@@ -337,8 +348,13 @@ export class SharedWorkers implements WorkerService {
             resolve();
           };
           entry.wake = done; // the same function as in #wakers, so that an offer can unhook it
-          me.wake = done;
-          const timer = setTimeout(done, first() ? Math.min(POLL_RECHECK_MS, left) : left);
+          // The line moving on (the first poll left) or the wait running out does not end a poll
+          // set aside for an offer: it would miss the task dispatched to it (redelivered then).
+          const unlessOffered = () => {
+            if (!entry.offered) done();
+          };
+          me.wake = unlessOffered;
+          const timer = setTimeout(unlessOffered, first() ? Math.min(POLL_RECHECK_MS, left) : left);
           if (first()) this.#wakers.add(done);
           this.#waiting.add(entry);
           signal?.addEventListener("abort", done);

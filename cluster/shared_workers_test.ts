@@ -11,6 +11,8 @@ import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
 import { REQUEUE_TASK } from "../sql/postgres/shared.ts";
+import { Driver, task, workflow } from "../lib/engine/testing.ts";
+import { waitFor } from "../tests/support/server.ts";
 
 /** A SharedWorkers on `nodeId` over `sql`, with the engine faked by `executions`. */
 function sharedWorkers(executions: Executions, sql: SharedWorkersOptions["sql"], nodeId: string) {
@@ -387,6 +389,72 @@ Deno.test({
       assert.ok(claims - before <= 3, `${claims - before} claims for one notification`);
       const all = await Promise.all(polls);
       assert.equal(all.flat().length, 1, "the task was handed out once");
+    } finally {
+      workers.stop();
+      await real.end({ timeout: 5 });
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "a poll set aside for a start's first task gets it even when the poll before it in line leaves",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    // Found by SharedCluster.test_i: the polls of a session stand in line, and when the first
+    // leaves the next is woken to look again. A poll set aside for a start's first task woken
+    // so ended its wait; the task dispatched to it in the start's commit found no poll of the
+    // session waiting and was redelivered (StepAttemptUncertain) although its worker was there.
+    const url = await (await sharedPostgres()).createDatabase();
+    await (await openStore(url)).close();
+    const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
+    let claims = 0;
+    const sql: SharedWorkersOptions["sql"] = {
+      unsafe: (text, params, options) => {
+        const r = real.unsafe(text, params, options);
+        if (text.includes("WITH reg AS")) r.then(() => claims++, () => {});
+        return r;
+      },
+    };
+    const uncertain: string[] = [];
+    const executions = {
+      observer: null,
+      active: new Map(),
+      remote: null,
+      uncertain: (_id: string, token: string) => {
+        uncertain.push(token);
+        return Promise.resolve();
+      },
+    } as unknown as Executions;
+    const workers = sharedWorkers(executions, sql, "node-1");
+    const d = new Driver(workflow([task("a")]));
+    await d.start();
+    const claimed = (n: number) => waitFor(() => claims >= n, `${n} claims`);
+    try {
+      const session = await workers.register({
+        worker_id: "w-1",
+        runtime: "typescript",
+        tasks: [{ name: "t.a", contract: "1" }],
+        concurrency: 2,
+      });
+      const first = new AbortController();
+      const p1 = workers.poll(session, 1, 10_000, first.signal);
+      await claimed(1); // p1 waits, first in line
+      const p2 = workers.poll(session, 1, 10_000);
+      await claimed(2); // p2 waits behind it
+      workers.wake(); // p1 looks again and waits anew: the offer below picks p2
+      await claimed(3);
+      await new Promise((r) => setTimeout(r, 20));
+      const offer = workers.offerFirst(d.s);
+      assert.ok(offer, "a poll waits for the task");
+      first.abort(); // p1 leaves the line; p2 is first now
+      assert.deepEqual(await p1, []);
+      await d.send(offer.command); // the start's commit, with the dispatch
+      offer.deliver(d.s);
+      const tasks = await p2;
+      assert.deepEqual(tasks.map((t) => t.step), ["a"]);
+      assert.deepEqual(uncertain, []);
     } finally {
       workers.stop();
       await real.end({ timeout: 5 });
