@@ -31,6 +31,7 @@ const { values } = parseArgs({
   args: Deno.args,
   options: {
     orders: { type: "string", default: "600" },
+    warmup: { type: "string", default: "0" },
     clients: { type: "string", default: "64" },
     workers: { type: "string", default: "1" },
     concurrency: { type: "string", default: "8" },
@@ -57,6 +58,8 @@ if (values.cluster && values.cluster !== "shared") {
   throw new Error(`--cluster ${values.cluster}: only shared is benchmarked`);
 }
 const ORDERS = Number(values.orders);
+const WARMUP = Number(values.warmup);
+if (!Number.isInteger(WARMUP) || WARMUP < 0) throw new Error("--warmup: a count of orders");
 const WAITING = Number(values.waiting);
 if (!Number.isInteger(WAITING) || WAITING < 0) throw new Error("--waiting: a count");
 
@@ -318,6 +321,34 @@ async function bench(store: "sqlite" | "postgres") {
       );
     }
 
+    /** Runs `count` orders from CLIENTS clients (each starts one and waits for it, in turn). */
+    const drive = async (prefix: string, count: number, latencies: number[]) => {
+      let next = 0;
+      await Promise.all(Array.from({ length: CLIENTS }, async () => {
+        while (next < count) {
+          const id = `${prefix}-${next++}`;
+          const t0 = performance.now();
+          const s = await c.post("/v1/executions", {
+            workflow: "OrderProcessing",
+            execution_id: id,
+            input: orderInput(id),
+          });
+          if (s.status !== 201) {
+            throw new Error(`start ${id}: ${s.status} ${JSON.stringify(s.body)}`);
+          }
+          for (;;) {
+            const w = await c.get(`/v1/executions/${id}/wait?timeout_s=60`);
+            if (w.body.status === "completed") break;
+            if (w.body.status !== "running") throw new Error(`${id} ended ${w.body.status}`);
+          }
+          latencies.push(performance.now() - t0);
+        }
+      }));
+    };
+    // `--warmup N`: N orders first, not measured, so that every server process has compiled
+    // its hot paths (V8 optimizes a function after many calls; N servers each see 1/N of them).
+    if (WARMUP > 0) await drive("warmup", WARMUP, []);
+
     const latencies: number[] = [];
     for (const w of workers) await w.cycle(); // the warm-up's samples are left out
     const counters0 = await allCounters();
@@ -331,26 +362,8 @@ async function bench(store: "sqlite" | "postgres") {
     const machine0 = machineCpuSeconds();
     const written0 = pids.reduce((sum, pid) => sum + writeBytes(pid), 0);
     const sampler = busySampler(server.pid);
-    let next = 0;
     const started = performance.now();
-    await Promise.all(Array.from({ length: CLIENTS }, async () => {
-      while (next < ORDERS) {
-        const id = `bench-${next++}`;
-        const t0 = performance.now();
-        const s = await c.post("/v1/executions", {
-          workflow: "OrderProcessing",
-          execution_id: id,
-          input: orderInput(id),
-        });
-        if (s.status !== 201) throw new Error(`start ${id}: ${s.status} ${JSON.stringify(s.body)}`);
-        for (;;) {
-          const w = await c.get(`/v1/executions/${id}/wait?timeout_s=60`);
-          if (w.body.status === "completed") break;
-          if (w.body.status !== "running") throw new Error(`${id} ended ${w.body.status}`);
-        }
-        latencies.push(performance.now() - t0);
-      }
-    }));
+    await drive("bench", ORDERS, latencies);
     const seconds = (performance.now() - started) / 1000;
     const busy = sampler.stop();
     const machineCpu = machineCpuSeconds() - machine0;
@@ -373,6 +386,7 @@ async function bench(store: "sqlite" | "postgres") {
         }`
         : store,
       orders: ORDERS,
+      warmup: WARMUP,
       clients: CLIENTS,
       ts_workers: workers.length,
       python_workers: pyCount,
@@ -430,7 +444,7 @@ for (const s of stores) {
   console.log(
     `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB, ${r.server_rss_mb_after} MB after (${r.orders} orders, ${r.clients} clients, workers: ${r.ts_workers} TypeScript, ${r.python_workers} Python${
       r.waiting ? `, ${r.waiting} executions waiting` : ""
-    }; ${r.seconds} s)\n` +
+    }${r.warmup ? `, after ${r.warmup} warm-up orders` : ""}; ${r.seconds} s)\n` +
       `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
       `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.requests_per_order} HTTP requests and ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each; server wrote ${r.server_written_kb_per_order} KB per order${
         SHARED > 0 ? `; ${r.forwards_per_order} forwards to an owner per order` : ""
