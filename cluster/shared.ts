@@ -245,6 +245,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#store = await openStore(this.opts.url, {
       max: 1,
       applicationName: `orbit-store:${id}`,
+      settings: q.SHARED_STORE_SETTINGS, // the commit's plan stays on its indexes
       afterCommit: ({ queued, closed }) => {
         const n = closed.map((payload) => ({ channel: "orbit_done", payload }));
         if (queued > 0) n.push({ channel: "orbit_tasks", payload: "" });

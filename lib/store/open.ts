@@ -10,6 +10,7 @@ export async function openStore(
     fence?: () => number | null;
     max?: number;
     applicationName?: string;
+    settings?: Record<string, string>;
     afterCommit?: (info: { queued: number; closed: string[] }) => void;
   } = {},
 ): Promise<Store> {

@@ -59,6 +59,8 @@ export interface PostgresStoreOptions {
   max?: number;
   /** `application_name` of the connections (default "orbit"). */
   applicationName?: string;
+  /** Run-time parameters set on every connection (`SET` at its start). */
+  settings?: Record<string, string>;
   /**
    * Shared mode: told after an owned commit what to announce (rows queued, executions
    * closed); the caller sends the notifications outside the commit.
@@ -621,6 +623,7 @@ export async function openPostgresStore(
     postgresClient(url, {
       max: opts.max ?? 10,
       applicationName: opts.applicationName ?? "orbit",
+      settings: opts.settings,
     });
   const sql = make();
   try {
@@ -641,7 +644,7 @@ export async function openPostgresStore(
  */
 export function postgresClient(
   url: string,
-  opts: { max: number; applicationName: string },
+  opts: { max: number; applicationName: string; settings?: Record<string, string> },
 ): postgres.Sql {
   return postgres(url, {
     max: opts.max,
@@ -652,7 +655,7 @@ export function postgresClient(
     // No array parameters of custom types: skip the pg_type query on every new connection.
     fetch_types: false,
     onnotice: () => {},
-    connection: { application_name: opts.applicationName },
+    connection: { ...opts.settings, application_name: opts.applicationName },
     types: {
       // Every bigint column (times, seq, counts) is far below 2^53: read it as a JS number.
       bigint: {
