@@ -258,7 +258,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
     // Claims, forwards, sessions: a statement without an answer fails after 30 s and the pool
     // is replaced (lib/store/watched_client.ts).
     this.#req = new WatchedClient(
-      () => postgresClient(this.opts.url, { max: 4, applicationName: `orbit-requests:${id}` }),
+      () =>
+        postgresClient(this.opts.url, {
+          max: 4,
+          applicationName: `orbit-requests:${id}`,
+          settings: q.SHARED_REQUESTS_SETTINGS, // the claim's plan stays on its indexes
+        }),
       { what: "the requests'" },
     );
     this.#hb = postgresClient(this.opts.url, { max: 1, applicationName: `orbit-heartbeat:${id}` });

@@ -9,7 +9,12 @@ import { sharedPostgres } from "../../tests/support/pg.ts";
 import { openPostgresStore, postgresClient } from "./postgres.ts";
 import type { AppendItem, SharedAppend } from "./store.ts";
 import { appendItem, createItem } from "./store_conformance.ts";
-import { COMMIT_OWNED, SHARED_STORE_SETTINGS } from "../../sql/postgres/shared.ts";
+import {
+  claimTasks,
+  COMMIT_OWNED,
+  SHARED_REQUESTS_SETTINGS,
+  SHARED_STORE_SETTINGS,
+} from "../../sql/postgres/shared.ts";
 import { waitFor } from "../../tests/support/server.ts";
 
 function shared(node: string, epoch: number, over: Partial<SharedAppend> = {}): SharedAppend {
@@ -308,6 +313,52 @@ Deno.test("postgres shared commit: a plan made while the tables were small still
     };
     walk((plan[0]!["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]!.Plan);
     assert.deepEqual(scans.filter((r) => r === "orbit_owners" || r === "orbit_tasks"), []);
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+});
+
+Deno.test("postgres shared claim: a plan made on an empty queue still reads only a window of a long one", async () => {
+  // The claim statement is prepared once per connection and its generic plan kept; made while
+  // nothing was queued, it sorted every queued row of a task to find the oldest and joined the
+  // window with the whole backlog (6,067 rows read for one claim on a 3,000-row backlog) until
+  // an ANALYZE replaced it.
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const sql = postgresClient(url, {
+    max: 1,
+    applicationName: "orbit-test",
+    settings: SHARED_REQUESTS_SETTINGS,
+  });
+  try {
+    await store.migrate();
+    await sql.unsafe(
+      `PREPARE claim (jsonb, bigint, text, text, text, bigint, bigint) AS ${claimTasks(64)}`,
+    );
+    await sql`SET plan_cache_mode = force_generic_plan`;
+    const regs = JSON.stringify([{ task_name: "t", contract_version: "1", lang: "typescript" }]);
+    const args = `'${regs}', 1, 'n1', 's1', 'w1', 1, 200`;
+    assert.deepEqual([...await sql.unsafe(`EXECUTE claim (${args})`)], []); // the plan is made
+    await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+      SELECT 'x' || i, 'x' || i, 'n1', 1, 0 FROM generate_series(1, 3000) AS i`;
+    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+        contract_version, state, enqueued_ms, payload)
+      SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'queued', i, '{}'
+      FROM generate_series(1, 3000) AS i`;
+    const plan = await sql.unsafe(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim (${args})`);
+    let read = 0;
+    const walk = (n: Record<string, unknown>) => {
+      if (n["Relation Name"] === "orbit_tasks" || n["Relation Name"] === "orbit_owners") {
+        read += (Number(n["Actual Rows"] ?? 0) + Number(n["Rows Removed by Filter"] ?? 0)) *
+          Number(n["Actual Loops"] ?? 1);
+      }
+      for (const c of (n["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(c);
+    };
+    walk((plan[0]!["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+    const [row] = await sql`SELECT execution_id FROM orbit_tasks WHERE state = 'claimed'`;
+    assert.equal(row?.execution_id, "x1", "the claim took the oldest row");
+    assert.ok(read < 500, `the claim read ${read} rows`);
   } finally {
     await sql.end();
     await store.close();
