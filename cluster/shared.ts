@@ -245,7 +245,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#store = await openStore(this.opts.url, {
       max: 1,
       applicationName: `orbit-store:${id}`,
-      settings: q.SHARED_STORE_SETTINGS, // the commit's plan stays on its indexes
+      settings: q.SHARED_CONNECTION_SETTINGS, // kept plans stay on their indexes; no JIT
       afterCommit: ({ queued, closed }) => {
         const n = closed.map((payload) => ({ channel: "orbit_done", payload }));
         if (queued > 0) n.push({ channel: "orbit_tasks", payload: "" });
@@ -262,11 +262,15 @@ export class SharedNode implements ClusterView, RemoteCommands {
         postgresClient(this.opts.url, {
           max: 4,
           applicationName: `orbit-requests:${id}`,
-          settings: q.SHARED_REQUESTS_SETTINGS, // the claim's plan stays on its indexes
+          settings: q.SHARED_CONNECTION_SETTINGS,
         }),
       { what: "the requests'" },
     );
-    this.#hb = postgresClient(this.opts.url, { max: 1, applicationName: `orbit-heartbeat:${id}` });
+    this.#hb = postgresClient(this.opts.url, {
+      max: 1,
+      applicationName: `orbit-heartbeat:${id}`,
+      settings: q.SHARED_CONNECTION_SETTINGS,
+    });
     this.#listen = postgresClient(this.opts.url, {
       max: 1,
       applicationName: `orbit-listen:${id}`,
@@ -536,6 +540,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       this.#hb = postgresClient(this.opts.url, {
         max: 1,
         applicationName: `orbit-heartbeat:${this.opts.nodeId}`,
+        settings: q.SHARED_CONNECTION_SETTINGS,
       });
       old?.end({ timeout: 0 }).catch(() => {});
     }

@@ -12,8 +12,8 @@ import { appendItem, createItem } from "./store_conformance.ts";
 import {
   claimTasks,
   COMMIT_OWNED,
-  SHARED_REQUESTS_SETTINGS,
-  SHARED_STORE_SETTINGS,
+  DEAD_ROOTS,
+  SHARED_CONNECTION_SETTINGS,
 } from "../../sql/postgres/shared.ts";
 import { waitFor } from "../../tests/support/server.ts";
 
@@ -271,7 +271,7 @@ Deno.test("postgres shared commit: a plan made while the tables were small still
   const sql = postgresClient(url, {
     max: 1,
     applicationName: "orbit-test",
-    settings: SHARED_STORE_SETTINGS,
+    settings: SHARED_CONNECTION_SETTINGS,
   });
   try {
     await store.migrate();
@@ -329,7 +329,7 @@ Deno.test("postgres shared claim: a plan made on an empty queue still reads only
   const sql = postgresClient(url, {
     max: 1,
     applicationName: "orbit-test",
-    settings: SHARED_REQUESTS_SETTINGS,
+    settings: SHARED_CONNECTION_SETTINGS,
   });
   try {
     await store.migrate();
@@ -359,6 +359,52 @@ Deno.test("postgres shared claim: a plan made on an empty queue still reads only
     const [row] = await sql`SELECT execution_id FROM orbit_tasks WHERE state = 'claimed'`;
     assert.equal(row?.execution_id, "x1", "the claim took the oldest row");
     assert.ok(read < 500, `the claim read ${read} rows`);
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+});
+
+Deno.test("postgres shared takeover scan: with many executions owned by live nodes, the per-second look for dead owners reads nothing", async () => {
+  // DEAD_ROOTS runs every second on every node. It filtered every ownership row (85–195 ms a
+  // run with 200,000 executions owned by two live nodes), and a plan of a large estimate was
+  // compiled by LLVM before it ran (384 ms, 0.1 ms of it executing).
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const sql = postgresClient(url, {
+    max: 1,
+    applicationName: "orbit-test",
+    settings: SHARED_CONNECTION_SETTINGS,
+  });
+  try {
+    await store.migrate();
+    await sql`INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance)
+      VALUES ('a', '', 9e15, 0, 'i'), ('b', '', 9e15, 0, 'i'), ('c', '', 0, 0, 'i')`;
+    await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+      SELECT 'x' || i, 'x' || i, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END, 1, 0
+      FROM generate_series(1, 50000) AS i`;
+    await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+      VALUES ('d1', 'd1', 'c', 1, 0), ('d2', 'd2', 'c', 1, 0)`;
+    await sql`ANALYZE orbit_owners`;
+    await sql.unsafe(`PREPARE dead (text, bigint) AS ${DEAD_ROOTS}`);
+    await sql`SET plan_cache_mode = force_generic_plan`;
+    const plan = await sql.unsafe(
+      `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE dead ('a', 3000)`,
+    );
+    const top = (plan[0]!["QUERY PLAN"] as Record<string, unknown>[])[0]!;
+    let read = 0;
+    const walk = (n: Record<string, unknown>) => {
+      if (n["Relation Name"] === "orbit_owners") {
+        read += (Number(n["Actual Rows"] ?? 0) + Number(n["Rows Removed by Filter"] ?? 0)) *
+          Number(n["Actual Loops"] ?? 1);
+      }
+      for (const c of (n["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(c);
+    };
+    walk(top.Plan as Record<string, unknown>);
+    assert.equal(top.JIT, undefined, "no JIT compilation");
+    assert.ok(read < 100, `read ${read} ownership rows`);
+    const roots = await sql.unsafe(`EXECUTE dead ('a', 3000)`);
+    assert.deepEqual(roots.map((r) => [r.root_id, r.node_id]), [["d1", "c"], ["d2", "c"]]);
   } finally {
     await sql.end();
     await store.close();

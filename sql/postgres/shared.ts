@@ -206,24 +206,26 @@ SELECT (SELECT count(*) FROM ev) AS events,
    WHERE l.execution_id IN (SELECT execution_id FROM owned)) AS lost`;
 
 /**
- * Run-time parameters of a shared-mode server's store connection, the one that runs
- * COMMIT_OWNED. The statement is prepared once per connection and its generic plan kept; made
- * while orbit_tasks is small, that plan read the whole table to find reported attempts, and the
- * table churns (a row in and out per task), so it grows between autovacuum's visits: 916 pages,
- * 3.7 ms of a 4.6 ms commit after 2,400 orders. With sequential scans priced out, every lookup
- * of the statement goes through its unique index whatever the tables' sizes were when it was
- * planned. (The connection's other statements — reads of rows and histories by key — are index
- * lookups anyway; PostgreSQL still scans where no index serves.)
+ * Run-time parameters of a shared-mode server's store, requests and heartbeat connections.
+ *
+ * `enable_seqscan = off`: every statement is prepared once per connection and its generic plan
+ * kept until an ANALYZE. Plans made while the queue tables were small read them whole later:
+ * COMMIT_OWNED deleted reported attempts by reading all of orbit_tasks, which churns (a row in
+ * and out per task) and grows between autovacuum's visits (916 pages, 3.7 ms of a 4.6 ms commit
+ * after 2,400 orders); the claim joined its window with a whole backlog (claimTasks). With
+ * sequential scans priced out, lookups go through the indexes whatever the tables' sizes were
+ * when planned; PostgreSQL still scans where no index serves (small tables such as
+ * orbit_sessions and orbit_nodes).
+ *
+ * `jit = off`: a plan whose estimate is large (the planner guesses 100 rows for a JSON
+ * parameter or a recursive CTE, and multiplies) is compiled by LLVM before it runs, hundreds of
+ * milliseconds for a statement that then reads nothing: DEAD_ROOTS, run every second, took
+ * 384 ms that way with 200,000 executions owned, 0.1 ms of it executing.
  */
-export const SHARED_STORE_SETTINGS: Record<string, string> = { enable_seqscan: "off" };
-
-/**
- * The same for the requests pool (claims, forwards, sessions): the claim's plan, made while
- * nothing was queued, read a whole backlog to rank it (claimTasks). Its other statements look
- * rows up by key or read small tables (sessions) that no index serves, which PostgreSQL still
- * scans.
- */
-export const SHARED_REQUESTS_SETTINGS: Record<string, string> = { enable_seqscan: "off" };
+export const SHARED_CONNECTION_SETTINGS: Record<string, string> = {
+  enable_seqscan: "off",
+  jit: "off",
+};
 
 // ---------------------------------------------------------------------------------------------
 // orbit_nodes: membership and heartbeats
@@ -271,12 +273,29 @@ FROM orbit_nodes n ORDER BY n.node_id`;
 /**
  * Roots owned by nodes that are dead (no heartbeat within $2 ms, or no row at all), other than
  * $1. Params: $1 node_id, $2 node timeout ms.
+ *
+ * Run every second by every node. The nodes that own anything are found by walking
+ * `orbit_owners_node_idx` from one node id to the next (a handful of index probes), and only the
+ * rows of dead ones are read (a lateral join from the dead nodes, kept from being flattened by
+ * `OFFSET 0`, so that no plan walks every ownership row in root order looking for them): filtering every ownership row instead took
+ * 182 ms a run with 200,000 executions owned by two live nodes.
  */
 export const DEAD_ROOTS = `
-SELECT DISTINCT o.root_id, o.node_id FROM orbit_owners o
-LEFT JOIN orbit_nodes n ON n.node_id = o.node_id
-WHERE o.node_id <> $1 AND (n.node_id IS NULL OR n.heartbeat_ms < ${DB_NOW} - $2::bigint)
-ORDER BY o.root_id LIMIT 10000`;
+WITH RECURSIVE owner_nodes AS (
+  (SELECT node_id FROM orbit_owners ORDER BY node_id LIMIT 1)
+  UNION ALL
+  SELECT (SELECT o.node_id FROM orbit_owners o WHERE o.node_id > w.node_id
+          ORDER BY o.node_id LIMIT 1)
+  FROM owner_nodes w WHERE w.node_id IS NOT NULL
+),
+dead AS (
+  SELECT w.node_id FROM owner_nodes w LEFT JOIN orbit_nodes n ON n.node_id = w.node_id
+  WHERE w.node_id IS NOT NULL AND w.node_id <> $1
+    AND (n.node_id IS NULL OR n.heartbeat_ms < ${DB_NOW} - $2::bigint)
+)
+SELECT DISTINCT x.root_id, d.node_id FROM dead d
+CROSS JOIN LATERAL (SELECT o.root_id FROM orbit_owners o WHERE o.node_id = d.node_id OFFSET 0) x
+ORDER BY x.root_id LIMIT 10000`;
 
 /**
  * The single-winner takeover of a batch of trees from one dead node: a second server trying
@@ -362,7 +381,7 @@ SELECT execution_id, epoch FROM orbit_owners WHERE node_id = $1 AND execution_id
  * task), and `c` finds the window's rows by primary key (`t.id = ANY (ARRAY(…))`; its state test
  * is written `(t.state = 'queued') IS TRUE` so that the claim index, whose `queued` range is the
  * whole backlog, is not a way to it). With the pool's `enable_seqscan = off`
- * (SHARED_REQUESTS_SETTINGS), a claim on a 3,000-row backlog read 6,067 rows before, under 500
+ * (SHARED_CONNECTION_SETTINGS), a claim on a 3,000-row backlog read 6,067 rows before, under 500
  * now. Rows queued in the same millisecond enter the window in any order; `c` still takes them
  * by rank, then id.
  *
