@@ -33,6 +33,7 @@ import { notFound } from "../lib/errors.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import { log } from "../lib/log.ts";
 import {
+  dispatchQueued,
   dispatchTo,
   type EagerSession,
   payload,
@@ -41,20 +42,17 @@ import {
   type Session,
   type TaskPayload,
   type TaskRegistration,
+  undelivered,
   type WorkerService,
 } from "../lib/workers.ts";
 import * as q from "../sql/postgres/shared.ts";
 import { OWN_TASK_HEAD_START_MS } from "../lib/shared_changes.ts";
 import { MemoryTaskQueue } from "../lib/task_queue.ts";
-import { TaskTakenError } from "../lib/store/store.ts";
 
 const CONTACT_FLUSH_MS = 250;
 const CONTACT_CHECK_MS = 500;
 const POLL_RECHECK_MS = 1000;
 const LOCAL_PRUNE_MS = 5000;
-
-/** See lib/shared_changes.ts (COMMIT_OWNED's takes use the same head start). */
-export { OWN_TASK_HEAD_START_MS };
 
 /**
  * How many of the oldest matching rows a claim ranks (q.claimTasks): a few times its limit,
@@ -211,11 +209,7 @@ export class SharedWorkers implements WorkerService {
             // dispatch names the session, not the poll, so another poll of the session waiting
             // here takes it; with none, it is redelivered.
             if (!w.deliver([task]) && !this.#handOver(w.s, task)) {
-              this.executions.uncertain(
-                state.execution_id,
-                command.token,
-                `the request of worker \`${w.s.worker_id}\` closed before the task was delivered`,
-              );
+              undelivered(this.executions, w.s, [task], "closed");
             }
           },
           release: () => {
@@ -465,45 +459,14 @@ export class SharedWorkers implements WorkerService {
    * refused because another server claimed the row, or because an older row of the task
    * waits, yields nothing here: the claim statement decides then.
    */
-  async #takeLocal(s: Session, max: number): Promise<TaskPayload[]> {
-    const picked = this.#local.take(s, max);
-    const out = await Promise.all(picked.map(async (item): Promise<TaskPayload | null> => {
-      const token = `${item.execution_id}/${this.opts.newId()}`;
-      try {
-        const r = await this.executions.command(item.execution_id, {
-          type: "dispatch",
-          step: item.step,
-          token,
-          worker_id: s.worker_id,
-          worker_session: s.session_id,
-        });
-        if (!r?.accepted) return null;
-        return payload(r.state, item.step, token);
-      } catch (e) {
-        if (e instanceof TaskTakenError) return null;
-        // Not written, or not known to be (the execution is re-read from its history, and a
-        // dispatch that landed is redelivered): the row stays queued for a claim.
-        log.engine.warn("dispatch of a queued task failed; it stays queued", {
-          execution_id: item.execution_id,
-          step: item.step,
-          error: (e as Error).message,
-        });
-        this.#local.requeue([item]);
-        return null;
-      }
-    }));
-    return out.filter((t): t is TaskPayload => t !== null);
-  }
-
-  /** Tasks dispatched for an answer that failed: redelivered. */
-  #lose(s: Session, tasks: TaskPayload[]): void {
-    for (const t of tasks) {
-      this.executions.uncertain(
-        t.execution_id,
-        t.token,
-        `the result reported by worker \`${s.worker_id}\` with the task's request failed`,
-      );
-    }
+  #takeLocal(s: Session, max: number): Promise<TaskPayload[]> {
+    return dispatchQueued(
+      this.executions,
+      s,
+      this.#local.take(s, max),
+      this.opts.newId,
+      (item) => this.#local.requeue([item]),
+    );
   }
 
   /**
@@ -647,7 +610,9 @@ export class SharedWorkers implements WorkerService {
     } catch (e) {
       // The result was not applied (or not known to be): the worker hears an error and retries
       // it; tasks dispatched for its slot never reach it, so they go out again.
-      if (local) this.#lose(s!, await (local as Promise<TaskPayload[]>));
+      if (local) {
+        undelivered(this.executions, s!, await (local as Promise<TaskPayload[]>), "failed");
+      }
       throw e;
     }
     if (s) this.#touch(s);

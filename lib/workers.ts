@@ -28,6 +28,7 @@ import {
   WorkerSessions,
 } from "./worker_sessions.ts";
 import { MemoryTaskQueue, type QueuedTask, type TaskQueue } from "./task_queue.ts";
+import { TaskTakenError } from "./store/store.ts";
 
 export {
   dispatchTo,
@@ -297,30 +298,15 @@ export class Workers implements WorkerService {
       this.#requeue(picked);
       return [];
     }
-    const results = await Promise.all(picked.map(async (q): Promise<TaskPayload | null> => {
-      const token = `${q.execution_id}/${this.opts.newId()}`;
-      try {
-        const r = await this.executions.command(q.execution_id, {
-          type: "dispatch",
-          step: q.step,
-          token,
-          worker_id: s.worker_id,
-          worker_session: s.session_id,
-        });
-        if (!r?.accepted) return null;
-        this.metrics.tasksDispatched.inc();
-        return payload(r.state, q.step, token);
-      } catch (e) {
-        log.engine.error("dispatch failed; task stays queued", {
-          execution_id: q.execution_id,
-          step: q.step,
-          error: (e as Error).message,
-        });
-        this.#requeue([q]);
-        return null;
-      }
-    }));
-    return this.#delivered(s, results.filter((t): t is TaskPayload => t !== null), signal);
+    const tasks = await dispatchQueued(
+      this.executions,
+      s,
+      picked,
+      this.opts.newId,
+      (q) => this.#requeue([q]),
+    );
+    this.metrics.tasksDispatched.inc({}, tasks.length);
+    return this.#delivered(s, tasks, signal);
   }
 
   /** When the worker went away before it got the answer, it never saw these attempts. */
@@ -330,17 +316,8 @@ export class Workers implements WorkerService {
     return [];
   }
 
-  /** Attempts dispatched for a request whose answer will not carry them: redelivered. */
   #undelivered(s: Session, tasks: TaskPayload[], how: "closed" | "failed"): void {
-    for (const t of tasks) {
-      this.executions.uncertain(
-        t.execution_id,
-        t.token,
-        how === "closed"
-          ? `the request of worker \`${s.worker_id}\` closed before the task was delivered`
-          : `the result reported by worker \`${s.worker_id}\` with the task's request failed`,
-      );
-    }
+    undelivered(this.executions, s, tasks, how);
   }
 
   /**
@@ -416,6 +393,63 @@ export class Workers implements WorkerService {
 
   #sweep(): void {
     this.#sessions.sweep(this.#due);
+  }
+}
+
+/**
+ * Dispatches queued tasks to `s`, each in an append of its own (they share commits). A task
+ * whose step no longer waits yields nothing; one whose dispatch failed is given to `requeue`
+ * (the execution is re-read from its history first, and a dispatch that landed after all is
+ * redelivered); in shared mode, one whose row another server claimed first (TaskTakenError)
+ * yields nothing: the claim statement has it.
+ */
+export async function dispatchQueued(
+  executions: Pick<Executions, "command">,
+  s: Pick<Session, "worker_id" | "session_id">,
+  picked: readonly QueuedTask[],
+  newId: () => string,
+  requeue: (q: QueuedTask) => void,
+): Promise<TaskPayload[]> {
+  const out = await Promise.all(picked.map(async (q): Promise<TaskPayload | null> => {
+    const token = `${q.execution_id}/${newId()}`;
+    try {
+      const r = await executions.command(q.execution_id, {
+        type: "dispatch",
+        step: q.step,
+        token,
+        worker_id: s.worker_id,
+        worker_session: s.session_id,
+      });
+      return r?.accepted ? payload(r.state, q.step, token) : null;
+    } catch (e) {
+      if (e instanceof TaskTakenError) return null;
+      log.engine.error("dispatch failed; task stays queued", {
+        execution_id: q.execution_id,
+        step: q.step,
+        error: (e as Error).message,
+      });
+      requeue(q);
+      return null;
+    }
+  }));
+  return out.filter((t): t is TaskPayload => t !== null);
+}
+
+/** Attempts dispatched for a request whose answer will not carry them: redelivered. */
+export function undelivered(
+  executions: Pick<Executions, "uncertain">,
+  s: Pick<Session, "worker_id">,
+  tasks: readonly TaskPayload[],
+  how: "closed" | "failed",
+): void {
+  for (const t of tasks) {
+    executions.uncertain(
+      t.execution_id,
+      t.token,
+      how === "closed"
+        ? `the request of worker \`${s.worker_id}\` closed before the task was delivered`
+        : `the result reported by worker \`${s.worker_id}\` with the task's request failed`,
+    );
   }
 }
 
