@@ -28,8 +28,15 @@ function sharedWorkers(executions: Executions, sql: SharedWorkersOptions["sql"],
   });
 }
 
-/** `real`'s statements, each seen first by `see` (which may throw to refuse it). */
-function intercept(real: postgres.Sql, see: (text: string) => void): SharedWorkersOptions["sql"] {
+/**
+ * `real`'s statements, each seen first by `see` (which may throw to refuse it) and, once it has
+ * answered, by `answered`.
+ */
+function intercept(
+  real: postgres.Sql,
+  see: (text: string) => void,
+  answered: (text: string) => void = () => {},
+): SharedWorkersOptions["sql"] {
   return {
     unsafe: (text, params, options) => {
       try {
@@ -37,7 +44,9 @@ function intercept(real: postgres.Sql, see: (text: string) => void): SharedWorke
       } catch (e) {
         return Promise.reject(e);
       }
-      return real.unsafe(text, params, options);
+      const r = real.unsafe(text, params, options);
+      r.then(() => answered(text), () => {});
+      return r;
     },
   };
 }
@@ -410,13 +419,9 @@ Deno.test({
     await (await openStore(url)).close();
     const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     let claims = 0;
-    const sql: SharedWorkersOptions["sql"] = {
-      unsafe: (text, params, options) => {
-        const r = real.unsafe(text, params, options);
-        if (text.includes("WITH reg AS")) r.then(() => claims++, () => {});
-        return r;
-      },
-    };
+    const sql = intercept(real, () => {}, (text) => {
+      if (text.trimStart().startsWith("WITH reg")) claims++;
+    });
     const uncertain: string[] = [];
     const executions = {
       observer: null,

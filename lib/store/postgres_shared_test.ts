@@ -258,14 +258,11 @@ Deno.test("postgres shared commit: a take waits for a claim holding the row, the
   }
 });
 
-Deno.test("postgres shared commit: a plan made while the tables were small still reads ownership and task rows through their indexes", async () => {
-  // The statement is prepared once per connection and its generic plan kept. Its parameters are
-  // JSON arrays the planner guesses at 100 rows: joined with them, the plan read every claimed
-  // attempt of orbit_tasks twice per commit, and all of orbit_owners when made while the table
-  // was small (5.2 ms in the executor with 20,000 waiting executions owned, against 1.2 ms with
-  // none); and a plan made while orbit_tasks was small read the whole churning table to delete
-  // reported attempts (3.7 ms of a 4.6 ms commit after 2,400 orders). Looked up from arrays, on
-  // the store connection's settings, it probes the indexes.
+/**
+ * A migrated database and a client on a shared server's connection settings, with generic
+ * plans forced (as a statement prepared once and run many times gets them) for `fn`.
+ */
+async function onSharedConnection(fn: (sql: postgres.Sql) => Promise<void>): Promise<void> {
   const url = await (await sharedPostgres()).createDatabase();
   const store = await openPostgresStore(url);
   const sql = postgresClient(url, {
@@ -275,10 +272,53 @@ Deno.test("postgres shared commit: a plan made while the tables were small still
   });
   try {
     await store.migrate();
+    await sql`SET plan_cache_mode = force_generic_plan`;
+    await fn(sql);
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+}
+
+type PlanNode = Record<string, unknown>;
+
+/** `EXPLAIN (FORMAT JSON, …) EXECUTE …`: the top entry and every plan node, flattened. */
+async function explain(sql: postgres.Sql, execute: string, analyze = false) {
+  const plan = await sql.unsafe(`EXPLAIN (${analyze ? "ANALYZE, " : ""}FORMAT JSON) ${execute}`);
+  const top = (plan[0]!["QUERY PLAN"] as PlanNode[])[0]!;
+  const nodes: PlanNode[] = [];
+  const walk = (n: PlanNode) => {
+    nodes.push(n);
+    for (const c of (n["Plans"] as PlanNode[] | undefined) ?? []) walk(c);
+  };
+  walk(top.Plan as PlanNode);
+  return { top, nodes };
+}
+
+/** Rows an analyzed plan read from `tables` (returned or filtered out, every loop). */
+function rowsRead(nodes: PlanNode[], tables: string[]): number {
+  return nodes
+    .filter((n) => tables.includes(String(n["Relation Name"])))
+    .reduce(
+      (sum, n) =>
+        sum + (Number(n["Actual Rows"] ?? 0) + Number(n["Rows Removed by Filter"] ?? 0)) *
+          Number(n["Actual Loops"] ?? 1),
+      0,
+    );
+}
+
+Deno.test("postgres shared commit: a plan made while the tables were small still reads ownership and task rows through their indexes", async () => {
+  // The statement is prepared once per connection and its generic plan kept. Its parameters are
+  // JSON arrays the planner guesses at 100 rows: joined with them, the plan read every claimed
+  // attempt of orbit_tasks twice per commit, and all of orbit_owners when made while the table
+  // was small (5.2 ms in the executor with 20,000 waiting executions owned, against 1.2 ms with
+  // none); and a plan made while orbit_tasks was small read the whole churning table to delete
+  // reported attempts (3.7 ms of a 4.6 ms commit after 2,400 orders). Looked up from arrays, on
+  // the store connection's settings, it probes the indexes.
+  await onSharedConnection(async (sql) => {
     await sql.unsafe(
       `PREPARE c (jsonb, jsonb, jsonb, jsonb, jsonb, jsonb, jsonb, jsonb) AS ${COMMIT_OWNED}`,
     );
-    await sql`SET plan_cache_mode = force_generic_plan`;
     const a = createItem("a");
     const params = [
       [{ ...a.row, is_create: false, owner_node: "n1", owner_epoch: 1, wake_at_ms: 0 }],
@@ -305,18 +345,12 @@ Deno.test("postgres shared commit: a plan made while the tables were small still
         contract_version, state, enqueued_ms, payload, token, session_id, claimed_by, claimed_ms)
       SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'claimed', 0, '{}', 'x' || i || '/t',
         's1', 'n1', 0 FROM generate_series(1, 5000) AS i`;
-    const plan = await sql.unsafe(`EXPLAIN (FORMAT JSON) EXECUTE c (${params})`);
-    const scans: string[] = [];
-    const walk = (n: Record<string, unknown>) => {
-      if (n["Node Type"] === "Seq Scan") scans.push(String(n["Relation Name"]));
-      for (const c of (n["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(c);
-    };
-    walk((plan[0]!["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+    const { nodes } = await explain(sql, `EXECUTE c (${params})`);
+    const scans = nodes.filter((n) => n["Node Type"] === "Seq Scan").map((n) =>
+      String(n["Relation Name"])
+    );
     assert.deepEqual(scans.filter((r) => r === "orbit_owners" || r === "orbit_tasks"), []);
-  } finally {
-    await sql.end();
-    await store.close();
-  }
+  });
 });
 
 Deno.test("postgres shared claim: a plan made on an empty queue still reads only a window of a long one", async () => {
@@ -324,19 +358,10 @@ Deno.test("postgres shared claim: a plan made on an empty queue still reads only
   // nothing was queued, it sorted every queued row of a task to find the oldest and joined the
   // window with the whole backlog (6,067 rows read for one claim on a 3,000-row backlog) until
   // an ANALYZE replaced it.
-  const url = await (await sharedPostgres()).createDatabase();
-  const store = await openPostgresStore(url);
-  const sql = postgresClient(url, {
-    max: 1,
-    applicationName: "orbit-test",
-    settings: SHARED_CONNECTION_SETTINGS,
-  });
-  try {
-    await store.migrate();
+  await onSharedConnection(async (sql) => {
     await sql.unsafe(
       `PREPARE claim (jsonb, bigint, text, text, text, bigint, bigint) AS ${claimTasks(64)}`,
     );
-    await sql`SET plan_cache_mode = force_generic_plan`;
     const regs = JSON.stringify([{ task_name: "t", contract_version: "1", lang: "typescript" }]);
     const args = `'${regs}', 1, 'n1', 's1', 'w1', 1, 200`;
     assert.deepEqual([...await sql.unsafe(`EXECUTE claim (${args})`)], []); // the plan is made
@@ -346,38 +371,19 @@ Deno.test("postgres shared claim: a plan made on an empty queue still reads only
         contract_version, state, enqueued_ms, payload)
       SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'queued', i, '{}'
       FROM generate_series(1, 3000) AS i`;
-    const plan = await sql.unsafe(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim (${args})`);
-    let read = 0;
-    const walk = (n: Record<string, unknown>) => {
-      if (n["Relation Name"] === "orbit_tasks" || n["Relation Name"] === "orbit_owners") {
-        read += (Number(n["Actual Rows"] ?? 0) + Number(n["Rows Removed by Filter"] ?? 0)) *
-          Number(n["Actual Loops"] ?? 1);
-      }
-      for (const c of (n["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(c);
-    };
-    walk((plan[0]!["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+    const { nodes } = await explain(sql, `EXECUTE claim (${args})`, true);
+    const read = rowsRead(nodes, ["orbit_tasks", "orbit_owners"]);
     const [row] = await sql`SELECT execution_id FROM orbit_tasks WHERE state = 'claimed'`;
     assert.equal(row?.execution_id, "x1", "the claim took the oldest row");
     assert.ok(read < 500, `the claim read ${read} rows`);
-  } finally {
-    await sql.end();
-    await store.close();
-  }
+  });
 });
 
 Deno.test("postgres shared takeover scan: with many executions owned by live nodes, the per-second look for dead owners reads nothing", async () => {
   // DEAD_ROOTS runs every second on every node. It filtered every ownership row (85–195 ms a
   // run with 200,000 executions owned by two live nodes), and a plan of a large estimate was
   // compiled by LLVM before it ran (384 ms, 0.1 ms of it executing).
-  const url = await (await sharedPostgres()).createDatabase();
-  const store = await openPostgresStore(url);
-  const sql = postgresClient(url, {
-    max: 1,
-    applicationName: "orbit-test",
-    settings: SHARED_CONNECTION_SETTINGS,
-  });
-  try {
-    await store.migrate();
+  await onSharedConnection(async (sql) => {
     await sql`INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance)
       VALUES ('a', '', 9e15, 0, 'i'), ('b', '', 9e15, 0, 'i'), ('c', '', 0, 0, 'i')`;
     await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
@@ -387,26 +393,11 @@ Deno.test("postgres shared takeover scan: with many executions owned by live nod
       VALUES ('d1', 'd1', 'c', 1, 0), ('d2', 'd2', 'c', 1, 0)`;
     await sql`ANALYZE orbit_owners`;
     await sql.unsafe(`PREPARE dead (text, bigint) AS ${DEAD_ROOTS}`);
-    await sql`SET plan_cache_mode = force_generic_plan`;
-    const plan = await sql.unsafe(
-      `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE dead ('a', 3000)`,
-    );
-    const top = (plan[0]!["QUERY PLAN"] as Record<string, unknown>[])[0]!;
-    let read = 0;
-    const walk = (n: Record<string, unknown>) => {
-      if (n["Relation Name"] === "orbit_owners") {
-        read += (Number(n["Actual Rows"] ?? 0) + Number(n["Rows Removed by Filter"] ?? 0)) *
-          Number(n["Actual Loops"] ?? 1);
-      }
-      for (const c of (n["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(c);
-    };
-    walk(top.Plan as Record<string, unknown>);
+    const { top, nodes } = await explain(sql, `EXECUTE dead ('a', 3000)`, true);
+    const read = rowsRead(nodes, ["orbit_owners"]);
     assert.equal(top.JIT, undefined, "no JIT compilation");
     assert.ok(read < 100, `read ${read} ownership rows`);
     const roots = await sql.unsafe(`EXECUTE dead ('a', 3000)`);
     assert.deepEqual(roots.map((r) => [r.root_id, r.node_id]), [["d1", "c"], ["d2", "c"]]);
-  } finally {
-    await sql.end();
-    await store.close();
-  }
+  });
 });
