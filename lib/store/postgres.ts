@@ -24,7 +24,11 @@
 import postgres from "postgres";
 import type { ExecutionStatus, HistoryEvent } from "../engine/events.ts";
 import * as q from "../../sql/postgres/queries.ts";
-import { COMMIT_OWNED } from "../../sql/postgres/shared.ts";
+import {
+  COMMIT_OWNED_LISTS,
+  commitOwned,
+  type CommitOwnedParts,
+} from "../../sql/postgres/shared.ts";
 import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/postgres/migrations.ts";
 import { log } from "../log.ts";
 import { WatchedClient } from "./watched_client.ts";
@@ -155,8 +159,16 @@ function commitParams(items: AppendItem[]): { rows: CommitRowParam[]; events: Co
   return { rows: [...rows.values()], events };
 }
 
-/** The queue and inbox parameters of COMMIT_OWNED ($3…$7), tagged with their execution. */
-function sharedParams(items: AppendItem[]): unknown[] {
+/**
+ * The owned commit of a batch: the statement for the parts it uses (commitOwned) and its
+ * parameters, the rows, the events and then the queue and inbox lists that are not empty, each
+ * entry tagged with its execution.
+ */
+function ownedCommit(
+  items: AppendItem[],
+  rows: CommitRowParam[],
+  events: CommitEventParam[],
+): { text: string; params: unknown[] } {
   const enqueue: unknown[] = [];
   const gone: unknown[] = [];
   const cancel: unknown[] = [];
@@ -185,7 +197,20 @@ function sharedParams(items: AppendItem[]): unknown[] {
       take.push({ execution_id, ...t });
     }
   }
-  return [enqueue, gone, cancel, done, inbox, take];
+  const lists = { enqueue, gone, cancel, done, inbox, take };
+  const parts: CommitOwnedParts = {
+    create: rows.some((r) => r.is_create),
+    update: rows.some((r) => !r.is_create),
+    enqueue: enqueue.length > 0,
+    gone: gone.length > 0,
+    cancel: cancel.length > 0,
+    done: done.length > 0,
+    inbox: inbox.length > 0,
+    take: take.length > 0,
+  };
+  const params: unknown[] = [rows, events];
+  for (const l of COMMIT_OWNED_LISTS) if (parts[l]) params.push(lists[l]);
+  return { text: commitOwned(parts), params };
 }
 
 /**
@@ -370,7 +395,7 @@ class PostgresStore implements Store {
     }
   }
 
-  /** Shared mode: one statement that checks every execution's owner (COMMIT_OWNED). */
+  /** Shared mode: one statement that checks every execution's owner (commitOwned). */
   async #commitOwned(
     items: AppendItem[],
     rows: CommitRowParam[],
@@ -383,7 +408,8 @@ class PostgresStore implements Store {
       lost: string[];
     }[];
     try {
-      result = await this.#query(COMMIT_OWNED, [rows, events, ...sharedParams(items)]);
+      const { text, params } = ownedCommit(items, rows, events);
+      result = await this.#query(text, params);
     } catch (e) {
       throw commitError(e, rows);
     }

@@ -12,8 +12,13 @@ import { appendItem, createItem } from "./store_conformance.ts";
 import {
   claimTasks,
   COMMIT_OWNED,
+  CONFIRM_TOKENS,
+  CONFIRMED_AT,
   DEAD_ROOTS,
+  KNOWN_TOKENS,
   SHARED_CONNECTION_SETTINGS,
+  TAKE_CANCELLED,
+  TASKS_OF,
 } from "../../sql/postgres/shared.ts";
 import { waitFor } from "../../tests/support/server.ts";
 
@@ -307,7 +312,7 @@ function rowsRead(nodes: PlanNode[], tables: string[]): number {
     );
 }
 
-Deno.test("postgres shared commit: a plan made while the tables were small still reads ownership and task rows through their indexes", async () => {
+Deno.test("postgres shared commit: a plan made while the tables were small still reads only the ownership and task rows it names", async () => {
   // The statement is prepared once per connection and its generic plan kept. Its parameters are
   // JSON arrays the planner guesses at 100 rows: joined with them, the plan read every claimed
   // attempt of orbit_tasks twice per commit, and all of orbit_owners when made while the table
@@ -345,11 +350,20 @@ Deno.test("postgres shared commit: a plan made while the tables were small still
         contract_version, state, enqueued_ms, payload, token, session_id, claimed_by, claimed_ms)
       SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'claimed', 0, '{}', 'x' || i || '/t',
         's1', 'n1', 0 FROM generate_series(1, 5000) AS i`;
-    const { nodes } = await explain(sql, `EXECUTE c (${params})`);
+    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+        contract_version, state, enqueued_ms, payload)
+      SELECT 'q' || i, 'r' || i, 's', 1, 'v' || i, 't', '1', 'queued', i, '{}'
+      FROM generate_series(1, 5000) AS i`;
+    const { nodes } = await explain(sql, `EXECUTE c (${params})`, true);
     const scans = nodes.filter((n) => n["Node Type"] === "Seq Scan").map((n) =>
       String(n["Relation Name"])
     );
     assert.deepEqual(scans.filter((r) => r === "orbit_owners" || r === "orbit_tasks"), []);
+    // Task rows are found by token and unit: through the claim index, filtered by state, the
+    // plan read every claimed attempt (5,000 here) on every commit, with nothing to cancel,
+    // and every queued row to find the units taken or gone.
+    const read = rowsRead(nodes, ["orbit_tasks", "orbit_owners"]);
+    assert.ok(read < 50, `the commit read ${read} task and ownership rows`);
   });
 });
 
@@ -399,5 +413,37 @@ Deno.test("postgres shared takeover scan: with many executions owned by live nod
     assert.ok(read < 100, `read ${read} ownership rows`);
     const roots = await sql.unsafe(`EXECUTE dead ('a', 3000)`);
     assert.deepEqual(roots.map((r) => [r.root_id, r.node_id]), [["d1", "c"], ["d2", "c"]]);
+  });
+});
+
+Deno.test("postgres shared heartbeats: the statements that confirm, look up and report attempts read only the rows they name", async () => {
+  // Every worker heartbeat confirms its attempts, owners read when their attempts were last
+  // confirmed, and sessions take their cancel notices: each on a plan kept from when the tables
+  // were small, with thousands of attempts claimed and queued.
+  await onSharedConnection(async (sql) => {
+    const statements: Array<[string, string, string]> = [
+      ["confirm", `(jsonb, bigint) AS ${CONFIRM_TOKENS}`, `'["x1/t", "x2/t"]', 5`],
+      ["confirmed", `(jsonb) AS ${CONFIRMED_AT}`, `'["x1/t", "x2/t"]'`],
+      ["known", `(jsonb) AS ${KNOWN_TOKENS}`, `'["x1/t", "x2/t"]'`],
+      ["tasks", `(jsonb) AS ${TASKS_OF}`, `'["x1", "q1"]'`],
+      ["cancelled", `(text) AS ${TAKE_CANCELLED}`, `'s2'`],
+    ];
+    for (const [name, text, args] of statements) {
+      await sql.unsafe(`PREPARE ${name} ${text}`);
+      await sql.unsafe(`EXECUTE ${name} (${args})`);
+    }
+    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+        contract_version, state, enqueued_ms, payload, token, session_id, claimed_by, claimed_ms)
+      SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'claimed', 0, '{}', 'x' || i || '/t',
+        's1', 'n1', 0 FROM generate_series(1, 5000) AS i`;
+    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+        contract_version, state, enqueued_ms, payload)
+      SELECT 'q' || i, 'r' || i, 's', 1, 'v' || i, 't', '1', 'queued', i, '{}'
+      FROM generate_series(1, 5000) AS i`;
+    for (const [name, , args] of statements) {
+      const { nodes } = await explain(sql, `EXECUTE ${name} (${args})`, true);
+      const read = rowsRead(nodes, ["orbit_tasks"]);
+      assert.ok(read <= 2, `${name} read ${read} task rows`);
+    }
   });
 });

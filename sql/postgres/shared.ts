@@ -8,10 +8,13 @@
 import { EXECUTION_COLUMNS } from "./queries.ts";
 
 /**
- * A text list parameter: sent as a jsonb array (the clients skip the catalog lookup that
- * native array parameters need).
+ * A text list parameter, sent as a jsonb array (the clients skip the catalog lookup that
+ * native array parameters need), as an array to compare with `= ANY (…)`: an index condition
+ * on the column. As `IN (SELECT jsonb_array_elements_text(…))`, a generic plan made while the
+ * tables were small joined the list with a whole index instead (every claimed attempt read
+ * for each heartbeat, with 5,000 claimed).
  */
-const list = (n: number) => `(SELECT jsonb_array_elements_text($${n}::jsonb))`;
+const list = (n: number) => `ARRAY(SELECT jsonb_array_elements_text($${n}::jsonb))`;
 
 /** The database clock in epoch milliseconds. */
 export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
@@ -51,7 +54,10 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
  *   (`IN (SELECT … FROM jsonb_to_recordset(…))`, which the planner guesses at 100 rows), the
  *   plans read whole tables on every commit: all of `orbit_owners` (a commit took 5.2 ms in the
  *   executor with 20,000 waiting executions owned, against 1.2 ms with none) and every claimed
- *   attempt of `orbit_tasks`.
+ *   attempt of `orbit_tasks`. A task row's state is checked as `(state = '…') IS TRUE`, which
+ *   the claim index cannot answer: a generic plan made on small tables otherwise read every
+ *   queued or claimed row through it to find a few units (all 5,000 claimed attempts, for
+ *   every commit, with nothing to cancel).
  * - No NOTIFY here: PostgreSQL holds a global lock from a notifying transaction's commit until
  *   it is flushed, which would serialize every commit of every server. The statement answers
  *   how many rows it queued and which executions closed; the caller notifies (orbit_tasks,
@@ -63,61 +69,144 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
  * $6 done [{execution_id, token}], $7 inbox entries applied [{execution_id, seq}], $8 take
  * [{execution_id, unit, token, session_id, claimed_by, claimed_ms, head_ms}].
  */
-export const COMMIT_OWNED = `
-WITH item AS (
+/** The parts of an owned commit a batch uses (the statement leaves the others out). */
+export interface CommitOwnedParts {
+  /** An item creates its execution. */
+  create: boolean;
+  /** An item appends to an existing execution (its ownership is checked). */
+  update: boolean;
+  enqueue: boolean;
+  gone: boolean;
+  cancel: boolean;
+  done: boolean;
+  inbox: boolean;
+  take: boolean;
+}
+
+/** The list parameters of COMMIT_OWNED after $1 rows and $2 events, in their order. */
+export const COMMIT_OWNED_LISTS = [
+  "enqueue",
+  "gone",
+  "cancel",
+  "done",
+  "inbox",
+  "take",
+] as const;
+
+const ALL_PARTS: CommitOwnedParts = {
+  create: true,
+  update: true,
+  enqueue: true,
+  gone: true,
+  cancel: true,
+  done: true,
+  inbox: true,
+  take: true,
+};
+
+const commitOwnedCache = new Map<string, string>();
+
+/**
+ * COMMIT_OWNED for the parts a batch uses: a CTE whose list is empty is left out (each costs
+ * 10–50 µs of the executor even when it writes nothing, and most commits carry no creates,
+ * gone or cancelled units, inbox entries or takes). The lists present are numbered from $3 in
+ * COMMIT_OWNED_LISTS order. One text per combination, cached (a server prepares the few its
+ * traffic uses).
+ */
+export function commitOwned(parts: CommitOwnedParts): string {
+  const key = Object.values(parts).map((v) => (v ? "1" : "0")).join("");
+  let text = commitOwnedCache.get(key);
+  if (text === undefined) {
+    text = commitOwnedStatement(parts);
+    commitOwnedCache.set(key, text);
+  }
+  return text;
+}
+
+function commitOwnedStatement(parts: CommitOwnedParts): string {
+  const n: Partial<Record<(typeof COMMIT_OWNED_LISTS)[number], number>> = {};
+  let next = 3;
+  for (const l of COMMIT_OWNED_LISTS) {
+    if (parts[l]) n[l] = next++;
+  }
+  const p = (l: (typeof COMMIT_OWNED_LISTS)[number]) => `$${n[l]}::jsonb`;
+  const cte: string[] = [];
+  cte.push(`item AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
     execution_id text, run_id text, root_id text, parent_id text, workflow text, version text,
     status text, input jsonb, output jsonb, error jsonb, created_ms bigint, closed_ms bigint,
     updated_ms bigint, last_seq bigint, is_create boolean, owner_node text, owner_epoch bigint,
     wake_at_ms bigint)
-),
-own AS (
+)`);
+  if (parts.update) {
+    cte.push(`own AS (
   SELECT o.execution_id, o.node_id, o.epoch FROM orbit_owners o
   WHERE o.execution_id = ANY (ARRAY(SELECT execution_id FROM item WHERE NOT is_create))
   FOR SHARE
-),
-owned AS (
+)`);
+    cte.push(`owned AS (
   SELECT i.execution_id FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
   WHERE i.is_create OR (o.node_id = i.owner_node AND o.epoch = i.owner_epoch)
-),
-take AS (
-  SELECT * FROM jsonb_to_recordset($8::jsonb) AS k(execution_id text, unit text, token text,
+)`);
+  } else {
+    cte.push(`owned AS (SELECT execution_id FROM item)`);
+  }
+  if (parts.take) {
+    cte.push(`take AS (
+  SELECT * FROM jsonb_to_recordset(${p("take")}) AS k(execution_id text, unit text, token text,
     session_id text, claimed_by text, claimed_ms bigint, head_ms bigint)
-),
-took AS (
+)`);
+    cte.push(`took AS (
   UPDATE orbit_tasks t SET state = 'claimed', token = k.token, session_id = k.session_id,
     claimed_by = k.claimed_by, claimed_ms = k.claimed_ms
   FROM take k
   WHERE t.unit = ANY (ARRAY(
       SELECT unit FROM take WHERE execution_id IN (SELECT execution_id FROM owned)))
-    AND t.unit = k.unit AND t.state = 'queued'
+    AND t.unit = k.unit AND (t.state = 'queued') IS TRUE
     AND (SELECT min(x.enqueued_ms) FROM orbit_tasks x
          WHERE x.state = 'queued' AND x.task_name = t.task_name
            AND x.contract_version = t.contract_version) >= t.enqueued_ms - k.head_ms
   RETURNING k.token
-),
-lost AS (
+)`);
+    cte.push(`lost AS (
   SELECT DISTINCT k.execution_id FROM take k
   WHERE k.token NOT IN (SELECT token FROM took)
     AND k.token IS DISTINCT FROM (SELECT t.token FROM orbit_tasks t WHERE t.unit = k.unit)
-),
-ok AS (
+)`);
+    cte.push(`ok AS (
   SELECT execution_id FROM owned WHERE execution_id NOT IN (SELECT execution_id FROM lost)
-),
-ev AS (
+)`);
+  } else {
+    cte.push(`ok AS (SELECT execution_id FROM owned)`);
+  }
+  cte.push(`ev AS (
   INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data)
   SELECT e.run_id, (e.data->>'seq')::bigint, e.execution_id, e.data->>'type',
     (e.data->>'time_ms')::bigint, e.data
   FROM jsonb_to_recordset($2::jsonb) AS e(run_id text, execution_id text, data jsonb)
   WHERE e.execution_id IN (SELECT execution_id FROM ok)
   RETURNING 1
-),
-created AS (
+)`);
+  const written: string[] = [];
+  const owners: string[] = [];
+  const tasks: string[] = [];
+  if (parts.create) {
+    cte.push(`created AS (
   INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
   SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item WHERE is_create
   RETURNING 1
-),
-updated AS (
+)`);
+    cte.push(`owner_in AS (
+  INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+  SELECT execution_id, root_id, owner_node, owner_epoch, updated_ms FROM item
+  WHERE is_create AND status IN ('running', 'continued')
+  RETURNING 1
+)`);
+    written.push("(SELECT count(*) FROM created)");
+    owners.push("(SELECT count(*) FROM owner_in)");
+  }
+  if (parts.update) {
+    cte.push(`updated AS (
   INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
   SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item
   WHERE NOT is_create AND execution_id IN (SELECT execution_id FROM ok)
@@ -128,21 +217,19 @@ updated AS (
     closed_ms = excluded.closed_ms, updated_ms = excluded.updated_ms,
     last_seq = excluded.last_seq, wake_at_ms = excluded.wake_at_ms
   RETURNING 1
-),
-owner_in AS (
-  INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
-  SELECT execution_id, root_id, owner_node, owner_epoch, updated_ms FROM item
-  WHERE is_create AND status IN ('running', 'continued')
-  RETURNING 1
-),
-owner_out AS (
+)`);
+    cte.push(`owner_out AS (
   DELETE FROM orbit_owners WHERE execution_id = ANY (ARRAY(
     SELECT execution_id FROM item
     WHERE NOT is_create AND status NOT IN ('running', 'continued')
       AND execution_id IN (SELECT execution_id FROM ok)))
   RETURNING 1
-),
-task_in AS (
+)`);
+    written.push("(SELECT count(*) FROM updated)");
+    owners.push("(SELECT count(*) FROM owner_out)");
+  }
+  if (parts.enqueue) {
+    cte.push(`task_in AS (
   INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
     contract_version, language, state, enqueued_ms, payload, token, session_id, claimed_by,
     claimed_ms)
@@ -150,60 +237,93 @@ task_in AS (
     t.language, CASE WHEN t.claimed IS NULL THEN 'queued' ELSE 'claimed' END, t.enqueued_ms,
     t.payload, t.claimed->>'token', t.claimed->>'session_id', t.claimed->>'node_id',
     CASE WHEN t.claimed IS NULL THEN NULL ELSE t.enqueued_ms END
-  FROM jsonb_to_recordset($3::jsonb) AS t(execution_id text, run_id text, step text,
+  FROM jsonb_to_recordset(${p("enqueue")}) AS t(execution_id text, run_id text, step text,
     attempt integer, unit text, task_name text, contract_version text, language text,
     enqueued_ms bigint, payload jsonb, claimed jsonb)
   WHERE t.execution_id IN (SELECT execution_id FROM ok)
   ON CONFLICT (unit) DO NOTHING
   RETURNING (state = 'queued') AS queued
-),
-task_gone AS (
-  DELETE FROM orbit_tasks WHERE state = 'queued' AND unit = ANY (ARRAY(
-    SELECT g.unit FROM jsonb_to_recordset($4::jsonb) AS g(execution_id text, unit text)
-    WHERE g.execution_id IN (SELECT execution_id FROM ok)))
+)`);
+    tasks.push("(SELECT count(*) FROM task_in)");
+  }
+  const gone = parts.gone
+    ? `SELECT g.unit FROM jsonb_to_recordset(${p("gone")}) AS g(execution_id text, unit text)
+      WHERE g.execution_id IN (SELECT execution_id FROM ok)`
+    : "";
+  if (parts.gone) {
+    cte.push(`task_gone AS (
+  DELETE FROM orbit_tasks
+  WHERE unit = ANY (ARRAY(${gone})) AND (state = 'queued') IS TRUE
   RETURNING 1
-),
-task_cancel AS (
-  UPDATE orbit_tasks SET state = 'cancelled' WHERE state = 'claimed' AND (
-    token = ANY (ARRAY(
-      SELECT c.token FROM jsonb_to_recordset($5::jsonb) AS c(execution_id text, token text)
-      WHERE c.execution_id IN (SELECT execution_id FROM ok)))
-    OR unit = ANY (ARRAY(
-      SELECT g.unit FROM jsonb_to_recordset($4::jsonb) AS g(execution_id text, unit text)
-      WHERE g.execution_id IN (SELECT execution_id FROM ok))))
+)`);
+    tasks.push("(SELECT count(*) FROM task_gone)");
+  }
+  if (parts.cancel || parts.gone) {
+    // Claimed attempts found by unit (gone) or by token, each through its unique index.
+    const units: string[] = [];
+    if (parts.cancel) {
+      units.push(`SELECT x.unit FROM orbit_tasks x WHERE x.token = ANY (ARRAY(
+      SELECT c.token FROM jsonb_to_recordset(${p("cancel")}) AS c(execution_id text, token text)
+      WHERE c.execution_id IN (SELECT execution_id FROM ok)))`);
+    }
+    if (parts.gone) units.push(gone);
+    cte.push(`task_cancel AS (
+  UPDATE orbit_tasks SET state = 'cancelled'
+  WHERE unit = ANY (ARRAY(${units.join(" UNION ALL ")})) AND (state = 'claimed') IS TRUE
   RETURNING 1
-),
-task_done AS (
+)`);
+    tasks.push("(SELECT count(*) FROM task_cancel)");
+  }
+  if (parts.done) {
+    cte.push(`task_done AS (
   DELETE FROM orbit_tasks WHERE token = ANY (ARRAY(
-    SELECT d.token FROM jsonb_to_recordset($6::jsonb) AS d(execution_id text, token text)
+    SELECT d.token FROM jsonb_to_recordset(${p("done")}) AS d(execution_id text, token text)
     WHERE d.execution_id IN (SELECT execution_id FROM ok)))
   RETURNING 1
-),
-inbox_done AS (
+)`);
+    tasks.push("(SELECT count(*) FROM task_done)");
+  }
+  if (parts.inbox) {
+    cte.push(`inbox_done AS (
   DELETE FROM orbit_inbox WHERE seq IN (
-    SELECT x.seq FROM jsonb_to_recordset($7::jsonb) AS x(execution_id text, seq bigint)
+    SELECT x.seq FROM jsonb_to_recordset(${p("inbox")}) AS x(execution_id text, seq bigint)
     WHERE x.execution_id IN (SELECT execution_id FROM ok))
   RETURNING 1
-),
+)`);
+  }
+  const sum = (xs: string[]) => (xs.length > 0 ? xs.join(" + ") : "0");
+  return `
+WITH ${cte.join(",\n")},
 closed AS (
   SELECT coalesce(json_agg(i.execution_id), '[]'::json) AS ids FROM item i
   WHERE i.status IN ('completed', 'failed', 'cancelled', 'timed_out')
     AND i.execution_id IN (SELECT execution_id FROM ok)
 )
 SELECT (SELECT count(*) FROM ev) AS events,
-  (SELECT count(*) FROM created) + (SELECT count(*) FROM updated) AS executions,
-  (SELECT count(*) FROM owner_in) + (SELECT count(*) FROM owner_out) AS owners,
-  (SELECT count(*) FROM task_in) + (SELECT count(*) FROM task_gone)
-    + (SELECT count(*) FROM task_cancel) + (SELECT count(*) FROM task_done) AS tasks,
-  (SELECT count(*) FROM inbox_done) AS inbox,
-  (SELECT count(*) FROM task_in WHERE queued) AS queued,
+  ${sum(written)} AS executions,
+  ${sum(owners)} AS owners,
+  ${sum(tasks)} AS tasks,
+  ${parts.inbox ? "(SELECT count(*) FROM inbox_done)" : "0"} AS inbox,
+  ${parts.enqueue ? "(SELECT count(*) FROM task_in WHERE queued)" : "0"} AS queued,
   (SELECT ids FROM closed) AS closed,
-  (SELECT coalesce(json_agg(json_build_object('execution_id', i.execution_id,
+  ${
+    parts.update
+      ? `(SELECT coalesce(json_agg(json_build_object('execution_id', i.execution_id,
      'node_id', o.node_id, 'epoch', o.epoch)), '[]'::json)
    FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
-   WHERE NOT i.is_create AND i.execution_id NOT IN (SELECT execution_id FROM owned)) AS fenced,
-  (SELECT coalesce(json_agg(l.execution_id), '[]'::json) FROM lost l
-   WHERE l.execution_id IN (SELECT execution_id FROM owned)) AS lost`;
+   WHERE NOT i.is_create AND i.execution_id NOT IN (SELECT execution_id FROM owned))`
+      : "'[]'::json"
+  } AS fenced,
+  ${
+    parts.take
+      ? `(SELECT coalesce(json_agg(l.execution_id), '[]'::json) FROM lost l
+   WHERE l.execution_id IN (SELECT execution_id FROM owned))`
+      : "'[]'::json"
+  } AS lost`;
+}
+
+/** The owned commit with every part (params $1 … $8, as described above). */
+export const COMMIT_OWNED = commitOwned(ALL_PARTS);
 
 /**
  * Run-time parameters of a shared-mode server's store, requests and heartbeat connections.
@@ -304,7 +424,7 @@ ORDER BY x.root_id LIMIT 10000`;
  */
 export const TAKE_OVER = `
 UPDATE orbit_owners SET node_id = $1, epoch = epoch + 1, since_ms = $4
-WHERE root_id IN ${list(2)} AND node_id = $3
+WHERE root_id = ANY (${list(2)}) AND node_id = $3
 RETURNING execution_id, root_id, epoch`;
 
 /** A restart under the same node id fences the previous process. Params: $1 me, $2 now. */
@@ -322,7 +442,9 @@ LEFT JOIN orbit_nodes n ON n.node_id = o.node_id WHERE o.execution_id = $1`;
  * their status and next wake-up (lib/execution_cache.ts \`wakeAt\`). Params: $1 ids.
  */
 export const WAKE_OF = `
-SELECT execution_id, status, wake_at_ms FROM workflow_executions WHERE execution_id IN ${list(1)}`;
+SELECT execution_id, status, wake_at_ms FROM workflow_executions WHERE execution_id = ANY (${
+  list(1)
+})`;
 
 /**
  * The running executions this node owns whose next timer is due at or before $2, with the
@@ -345,7 +467,9 @@ WHERE o.node_id = $1`;
 
 /** Which of these executions this node owns, at which epoch. Params: $1 me, $2 ids. */
 export const OWNED_AMONG = `
-SELECT execution_id, epoch FROM orbit_owners WHERE node_id = $1 AND execution_id IN ${list(2)}`;
+SELECT execution_id, epoch FROM orbit_owners WHERE node_id = $1 AND execution_id = ANY (${
+  list(2)
+})`;
 
 // ---------------------------------------------------------------------------------------------
 // orbit_tasks: the shared queue
@@ -472,7 +596,7 @@ UPDATE orbit_tasks SET state = 'cancelled' WHERE token = $1 AND state = 'claimed
  */
 export const TASKS_OF = `
 SELECT execution_id, unit, token, state, claimed_by FROM orbit_tasks
-WHERE execution_id IN ${list(1)}`;
+WHERE execution_id = ANY (${list(1)})`;
 
 /** The cancel notices of a session, each reported once. Params: $1 session_id. */
 export const TAKE_CANCELLED = `
@@ -483,15 +607,17 @@ DELETE FROM orbit_tasks WHERE session_id = $1 AND state = 'cancelled' RETURNING 
  * attempt was confirmed (its claim, then every heartbeat naming it). Params: $1 tokens, $2 now.
  */
 export const CONFIRM_TOKENS = `
-UPDATE orbit_tasks SET claimed_ms = $2 WHERE token IN ${list(1)} AND state = 'claimed'`;
+UPDATE orbit_tasks SET claimed_ms = $2
+WHERE token = ANY (${list(1)}) AND (state = 'claimed') IS TRUE`;
 
 /** When the attempts were last confirmed (CONFIRM_TOKENS). Params: $1 tokens. */
 export const CONFIRMED_AT = `
-SELECT token, claimed_ms FROM orbit_tasks WHERE token IN ${list(1)} AND state = 'claimed'`;
+SELECT token, claimed_ms FROM orbit_tasks
+WHERE token = ANY (${list(1)}) AND (state = 'claimed') IS TRUE`;
 
 /** Which of these tokens have a task row. Params: $1 tokens. */
 export const KNOWN_TOKENS = `
-SELECT token FROM orbit_tasks WHERE token IN ${list(1)}`;
+SELECT token FROM orbit_tasks WHERE token = ANY (${list(1)})`;
 
 /** Queue depth per task (pending reasons, metrics). */
 export const QUEUE_DEPTH = `
@@ -522,7 +648,7 @@ SELECT o.node_id, o.epoch, (SELECT seq FROM ins) AS seq FROM o`;
 
 /** The inputs of tasks whose reply left them out (too large for a notification). */
 export const TASK_INPUTS = `
-SELECT token, payload->'input' AS input FROM orbit_tasks WHERE token IN ${list(1)}`;
+SELECT token, payload->'input' AS input FROM orbit_tasks WHERE token = ANY (${list(1)})`;
 
 /**
  * Notifications after a commit (never inside a writing transaction, see COMMIT_OWNED).
@@ -579,7 +705,7 @@ FROM jsonb_to_recordset($1::jsonb) AS t(id text, ms bigint) WHERE s.session_id =
 
 /** Last contact of the sessions holding an owner's attempts. Params: $1 ids. */
 export const SESSION_CONTACTS = `
-SELECT session_id, last_contact_ms FROM orbit_sessions WHERE session_id IN ${list(1)}`;
+SELECT session_id, last_contact_ms FROM orbit_sessions WHERE session_id = ANY (${list(1)})`;
 
 /** Params: $1 session_id. */
 export const DELETE_SESSION = "DELETE FROM orbit_sessions WHERE session_id = $1 RETURNING 1";
