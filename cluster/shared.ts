@@ -202,14 +202,18 @@ export class SharedNode implements ClusterView, RemoteCommands {
     try {
       const rows = await this.#sql("req")<
         { node_id: string; addr: string | null; age_ms: number; owned: number }
-      >(q.LIST_NODES);
+      >(q.LIST_NODES, [this.opts.nodeTimeoutMs]);
+      // Another node's count is the one it wrote with its last heartbeat; this node's is now.
+      const mine = this.#rt?.executions.running;
       nodes = rows
         .map((n) => ({
           node_id: n.node_id,
           addr: n.addr,
           live: n.age_ms < this.opts.nodeTimeoutMs,
           heartbeat_age_ms: Math.max(0, Number(n.age_ms)),
-          owned_executions: Number(n.owned),
+          owned_executions: n.node_id === this.opts.nodeId && mine !== undefined
+            ? mine
+            : Number(n.owned),
         }))
         .filter((n) => n.live || n.owned_executions > 0);
     } catch (e) {
@@ -574,6 +578,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         this.opts.nodeId,
         this.instance,
         this.opts.nodeTimeoutMs,
+        this.#rt?.executions.running ?? 0,
       ]);
     } catch (e) {
       if (!this.#beatFailed) {
@@ -651,7 +656,9 @@ export class SharedNode implements ClusterView, RemoteCommands {
       this.opts.nodeTimeoutMs,
     ]);
     if (dead.length === 0) return;
-    const nodes = await this.#sql("hb")<{ node_id: string; age_ms: number }>(q.LIST_NODES);
+    const nodes = await this.#sql("hb")<{ node_id: string; age_ms: number }>(q.LIST_NODES, [
+      this.opts.nodeTimeoutMs,
+    ]);
     const live = nodes.filter((n) => n.age_ms < this.opts.nodeTimeoutMs).map((n) => n.node_id);
     if (!live.includes(this.opts.nodeId)) live.push(this.opts.nodeId);
     const mine = new Map<string, string[]>();

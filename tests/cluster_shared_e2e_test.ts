@@ -42,6 +42,8 @@ import {
 const T = { sanitizeOps: false, sanitizeResources: false };
 const ORDERS = Number(Deno.env.get("ORBIT_SHARED_ORDERS") ?? 60);
 const CHARGE_MS = 3_000;
+/** Nodes heartbeat every second (the page), writing their owned count with it. */
+const HEARTBEAT_MS = 1_000;
 
 // deno-lint-ignore no-explicit-any
 type Event = any;
@@ -514,8 +516,13 @@ Deno.test({
       const running = await one.health();
       assert.equal(running.owned_executions, 1, JSON.stringify(running));
       assert.equal(running.active_executions, 1);
-      const seenByTwo = (await two.health()).nodes.find((n) => n.node_id === "node-1");
-      assert.equal(seenByTwo?.owned_executions, 1, "node-2 sees node-1 owning the order");
+      // Another node's count is the one its last heartbeat wrote (at most a second old).
+      await waitFor(
+        async () =>
+          (await two.health()).nodes.find((n) => n.node_id === "node-1")?.owned_executions === 1,
+        "node-2 sees node-1 owning the order",
+        3 * HEARTBEAT_MS,
+      );
       assert.equal((await waitDone(c, "sh-G0")).status, "completed");
       const ids = ["sh-G1", "sh-G2", "sh-G3"];
       const statuses = await runOrders(() => c.proxy.url, ids, 3);
@@ -523,6 +530,11 @@ Deno.test({
 
       let claimed = 0;
       for (const n of c.nodes) {
+        await waitFor(
+          async () => (await n.health()).nodes.every((x) => x.owned_executions === 0),
+          `${n.id} sees every node own nothing after their next heartbeats`,
+          3 * HEARTBEAT_MS,
+        );
         const h: SharedHealth = await n.health();
         const what = `${n.id}: ${JSON.stringify(h)}`;
         assert.equal(h.status, "ok", what);

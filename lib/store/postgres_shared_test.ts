@@ -16,6 +16,9 @@ import {
   CONFIRMED_AT,
   DEAD_ROOTS,
   KNOWN_TOKENS,
+  LIST_NODES,
+  ORPHAN_INBOX,
+  READ_INBOX,
   SHARED_CONNECTION_SETTINGS,
   TAKE_CANCELLED,
   TASKS_OF,
@@ -445,5 +448,52 @@ Deno.test("postgres shared heartbeats: the statements that confirm, look up and 
       const read = rowsRead(nodes, ["orbit_tasks"]);
       assert.ok(read <= 2, `${name} read ${read} task rows`);
     }
+  });
+});
+
+Deno.test("postgres shared inbox and node list: with many executions owned, reads touch the entries and nodes, not the ownership rows", async () => {
+  // The owner reads its inbox every few milliseconds while entries arrive; /v1/ready and
+  // /v1/health list the nodes with their owned counts. Joined with or counted from
+  // orbit_owners, each read every ownership row of the node (7.9 ms an inbox read, 3.7 ms a
+  // node list with 20,000 owned).
+  await onSharedConnection(async (sql) => {
+    // The plans are made while the tables are empty, and kept.
+    await sql.unsafe(`PREPARE inbox (text, integer) AS ${READ_INBOX}`);
+    await sql.unsafe(`PREPARE orphans (integer) AS ${ORPHAN_INBOX}`);
+    await sql.unsafe(`PREPARE nodes (bigint) AS ${LIST_NODES}`);
+    for (const e of ["inbox ('n1', 100)", "orphans (100)", "nodes (3000)"]) {
+      await sql.unsafe(`EXECUTE ${e}`);
+    }
+    await sql`INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance, owned)
+      VALUES ('n1', '', 9e15, 0, 'i', 20000), ('n2', '', 9e15, 0, 'i', 1),
+        ('n3', '', 0, 0, 'i', 7)`;
+    await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+      SELECT 'x' || i, 'x' || i, 'n1', 1, 0 FROM generate_series(1, 20000) AS i`;
+    await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+      VALUES ('y1', 'y1', 'n2', 1, 0), ('z1', 'z1', 'n3', 1, 0), ('z2', 'z2', 'n3', 1, 0)`;
+    await sql`INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms)
+      VALUES ('n1', 'x7', 'signal', '{}', 0), ('n1', 'y1', 'signal', '{}', 0),
+        ('n1', 'gone', 'signal', '{}', 0)`;
+    for (
+      const [execute, answer] of [
+        ["EXECUTE inbox ('n1', 100)", ["x7"]],
+        ["EXECUTE orphans (100)", ["gone"]],
+      ] as const
+    ) {
+      const { nodes } = await explain(sql, execute, true);
+      const read = rowsRead(nodes, ["orbit_owners"]);
+      assert.ok(read <= 3, `${execute} read ${read} ownership rows`);
+      assert.deepEqual((await sql.unsafe(execute)).map((r) => r.execution_id), answer);
+    }
+    const { nodes } = await explain(sql, "EXECUTE nodes (3000)", true);
+    const read = rowsRead(nodes, ["orbit_owners"]);
+    assert.ok(read <= 2, `the node list read ${read} ownership rows`);
+    // Live nodes answer what their heartbeat wrote; a dead one is counted.
+    const list = await sql.unsafe("EXECUTE nodes (3000)");
+    assert.deepEqual(list.map((n) => [n.node_id, Number(n.owned)]), [
+      ["n1", 20000],
+      ["n2", 1],
+      ["n3", 2],
+    ]);
   });
 });

@@ -207,4 +207,14 @@ CREATE INDEX workflow_executions_wake_idx ON workflow_executions (wake_at_ms)
   WHERE wake_at_ms IS NOT NULL;
 `,
   },
+  {
+    version: 5,
+    name: "owned counts with heartbeats",
+    sql: `
+-- owned: how many running executions the node owns, written with each heartbeat (shared mode),
+-- so that /v1/health and /v1/ready list live nodes without counting orbit_owners. NULL until
+-- the node's first heartbeat after this version; a dead node's executions are counted.
+ALTER TABLE orbit_nodes ADD COLUMN owned bigint;
+`,
+  },
 ];

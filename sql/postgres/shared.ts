@@ -368,10 +368,11 @@ RETURNING heartbeat_ms`;
 /**
  * The heartbeat; no row: another process took this node id. Also answers how many other nodes
  * heartbeat within the node timeout (none: notifications only this node listens to can stay
- * unsent). Params: $1 node_id, $2 instance, $3 node timeout ms.
+ * unsent). Params: $1 node_id, $2 instance, $3 node timeout ms, $4 the running executions it
+ * owns (LIST_NODES).
  */
 export const NODE_HEARTBEAT = `
-UPDATE orbit_nodes SET heartbeat_ms = ${DB_NOW} WHERE node_id = $1 AND instance = $2
+UPDATE orbit_nodes SET heartbeat_ms = ${DB_NOW}, owned = $4 WHERE node_id = $1 AND instance = $2
 RETURNING heartbeat_ms, (SELECT count(*) FROM orbit_nodes o
   WHERE o.node_id <> $1 AND o.heartbeat_ms > ${DB_NOW} - $3::bigint) AS others`;
 
@@ -380,11 +381,16 @@ export const NODE_LEAVE = `
 UPDATE orbit_nodes SET heartbeat_ms = 0 WHERE node_id = $1 AND instance = $2`;
 
 /**
- * Every node with its heartbeat age on the database clock and how many executions it owns.
+ * Every node with its heartbeat age on the database clock and how many executions it owns: as
+ * a live node last wrote it with its heartbeat (at most a second old), counted in orbit_owners
+ * for a node past the timeout (what it still owns waits for a takeover). Counting every node's
+ * rows on each call read every ownership row of the cluster for each `/v1/ready` and
+ * `/v1/health` (3.7 ms a call with 20,000 executions owned). Params: $1 node timeout ms.
  */
 export const LIST_NODES = `
 SELECT n.node_id, n.addr, n.heartbeat_ms, ${DB_NOW} - n.heartbeat_ms AS age_ms,
-  (SELECT count(*) FROM orbit_owners o WHERE o.node_id = n.node_id) AS owned
+  CASE WHEN n.owned IS NOT NULL AND ${DB_NOW} - n.heartbeat_ms < $1::bigint THEN n.owned
+    ELSE (SELECT count(*) FROM orbit_owners o WHERE o.node_id = n.node_id) END AS owned
 FROM orbit_nodes n ORDER BY n.node_id`;
 
 // ---------------------------------------------------------------------------------------------
@@ -659,11 +665,13 @@ SELECT pg_notify(n.channel, n.payload) FROM jsonb_to_recordset($1::jsonb) AS n(c
 
 /**
  * The inbox entries of the executions a node owns (wherever they were addressed: an entry
- * follows its execution through a takeover), in seq order. Params: $1 me, $2 limit.
+ * follows its execution through a takeover), in seq order. Each entry's owner is looked up by
+ * its key: joined with orbit_owners, the plan read every ownership row of the node (7.9 ms a
+ * read with 20,000 executions owned). Params: $1 me, $2 limit.
  */
 export const READ_INBOX = `
 SELECT i.seq, i.execution_id, i.kind, i.payload, i.reply_to FROM orbit_inbox i
-JOIN orbit_owners o ON o.execution_id = i.execution_id AND o.node_id = $1
+WHERE (SELECT o.node_id FROM orbit_owners o WHERE o.execution_id = i.execution_id) = $1
 ORDER BY i.seq LIMIT $2`;
 
 /** The pending entries of one execution, in seq order. Params: $1 execution_id. */
@@ -680,7 +688,7 @@ export const DELETE_INBOX = "DELETE FROM orbit_inbox WHERE seq = $1 RETURNING se
  */
 export const ORPHAN_INBOX = `
 SELECT i.seq, i.execution_id, i.kind, i.payload, i.reply_to FROM orbit_inbox i
-WHERE NOT EXISTS (SELECT 1 FROM orbit_owners o WHERE o.execution_id = i.execution_id)
+WHERE (SELECT o.node_id FROM orbit_owners o WHERE o.execution_id = i.execution_id) IS NULL
 ORDER BY i.seq LIMIT $1`;
 
 // ---------------------------------------------------------------------------------------------
