@@ -101,6 +101,26 @@ function cpuSeconds(pid: number, tid?: number): number {
 }
 
 /**
+ * User + system CPU seconds of every PostgreSQL process on the machine (command `postgres`):
+ * the harness's cluster, its backends included (a backend that exits during the run takes its
+ * share with it; the servers' pools keep theirs open).
+ */
+function postgresCpuSeconds(): number {
+  let sum = 0;
+  for (const e of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    try {
+      if (Deno.readTextFileSync(`/proc/${e.name}/comm`).trim() !== "postgres") continue;
+    } catch {
+      continue;
+    }
+    const cpu = cpuSeconds(Number(e.name));
+    if (!Number.isNaN(cpu)) sum += cpu;
+  }
+  return sum;
+}
+
+/**
  * User + system CPU seconds of the whole machine (`/proc/stat`): the server, the workers, the
  * clients, PostgreSQL's backends — and anything else running on it.
  */
@@ -360,6 +380,8 @@ async function bench(store: "sqlite" | "postgres") {
       python: pythonWorkers.map((w) => cpuSeconds(w.pid)),
     };
     const machine0 = machineCpuSeconds();
+    const bench0 = cpuSeconds(Deno.pid);
+    const postgres0 = store === "postgres" ? postgresCpuSeconds() : 0;
     const written0 = pids.reduce((sum, pid) => sum + writeBytes(pid), 0);
     const sampler = busySampler(server.pid);
     const started = performance.now();
@@ -367,6 +389,8 @@ async function bench(store: "sqlite" | "postgres") {
     const seconds = (performance.now() - started) / 1000;
     const busy = sampler.stop();
     const machineCpu = machineCpuSeconds() - machine0;
+    const benchCpu = cpuSeconds(Deno.pid) - bench0;
+    const postgresCpu = store === "postgres" ? postgresCpuSeconds() - postgres0 : 0;
     const written = pids.reduce((sum, pid) => sum + writeBytes(pid), 0) - written0;
     const serverCpu = allCpu() - cpu0.server;
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
@@ -402,6 +426,9 @@ async function bench(store: "sqlite" | "postgres") {
       server_cpu_ms_per_order: round((serverCpu * 1000) / ORDERS, 2),
       worker_cpu_ms_per_order: round((workerCpu * 1000) / ORDERS, 2),
       machine_cpu_ms_per_order: round((machineCpu * 1000) / ORDERS, 2),
+      // This process: the 64 clients, and in shared mode the proxy in front of the servers.
+      bench_cpu_ms_per_order: round((benchCpu * 1000) / ORDERS, 2),
+      postgres_cpu_ms_per_order: round((postgresCpu * 1000) / ORDERS, 2),
       main_thread_cpu_share: round(mainCpu / seconds, 2),
       main_thread_busy_share: round(busy, 2),
       // Runnable but waiting for a core: counted as busy above, it is the machine's, not ours.
@@ -445,7 +472,9 @@ for (const s of stores) {
     `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB, ${r.server_rss_mb_after} MB after (${r.orders} orders, ${r.clients} clients, workers: ${r.ts_workers} TypeScript, ${r.python_workers} Python${
       r.waiting ? `, ${r.waiting} executions waiting` : ""
     }${r.warmup ? `, after ${r.warmup} warm-up orders` : ""}; ${r.seconds} s)\n` +
-      `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s)\n` +
+      `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s; PostgreSQL ${r.postgres_cpu_ms_per_order} ms, this bench's clients${
+        SHARED > 0 && !values["no-proxy"] ? " and proxy" : ""
+      } ${r.bench_cpu_ms_per_order} ms per order)\n` +
       `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.requests_per_order} HTTP requests and ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each; server wrote ${r.server_written_kb_per_order} KB per order${
         SHARED > 0 ? `; ${r.forwards_per_order} forwards to an owner per order` : ""
       }); server main thread busy ${Math.round(r.main_thread_busy_share * 100)} % (on CPU ${
