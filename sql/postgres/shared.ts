@@ -353,14 +353,15 @@ export const SHARED_CONNECTION_SETTINGS: Record<string, string> = {
 /**
  * Joins the cluster under a node id: writes this process's instance, unless another instance
  * of the id heartbeated within the node timeout (a clash: no row comes back). A row left by a
- * graceful leave (heartbeat 0) or a dead process is taken. Params: $1 node_id, $2 addr,
- * $3 instance, $4 node timeout ms.
+ * graceful leave (heartbeat 0) or a dead process is taken; its owned count is then unknown
+ * (LIST_NODES counts the rows) until this process's first heartbeat writes it. Params: $1
+ * node_id, $2 addr, $3 instance, $4 node timeout ms.
  */
 export const NODE_JOIN = `
 INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance)
 VALUES ($1, $2, ${DB_NOW}, ${DB_NOW}, $3)
 ON CONFLICT (node_id) DO UPDATE SET addr = excluded.addr, heartbeat_ms = excluded.heartbeat_ms,
-  started_ms = excluded.started_ms, instance = excluded.instance
+  started_ms = excluded.started_ms, instance = excluded.instance, owned = NULL
 WHERE orbit_nodes.instance IS NOT DISTINCT FROM excluded.instance
    OR orbit_nodes.heartbeat_ms < ${DB_NOW} - $4::bigint
 RETURNING heartbeat_ms`;
