@@ -20,6 +20,7 @@ import {
   type Attempt,
   check,
   type CheckResult,
+  type FaultRecord,
   formatViolation,
   parseAppendLine,
   type Violation,
@@ -298,6 +299,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   } finally {
     if (attached) useToken(null);
     await scheduler?.stop().catch(() => {});
+    if (o.keep) await keepLogs(dir, deployment, scheduler?.faults ?? []);
     await deployment?.close();
     await dbLink?.close();
     await pg?.stop();
@@ -351,4 +353,30 @@ export function summary(r: ChaosReport): string {
     }); slowest recovery ${r.slowestRecoveryMs} ms; longest stall of orders ${r.driver.longestStallMs} ms`,
     `  requests unanswered before their deadline=${r.driver.unanswered}; violations=${r.violations.length}`,
   ].join("\n");
+}
+
+/**
+ * `--keep`: each server's log lines (`server-<node>.log`, every process that ran under the node
+ * id, in order) and the faults with their times (`faults.log`, ISO times, so that a slow
+ * recovery can be read against the servers' lines).
+ */
+async function keepLogs(
+  dir: string,
+  deployment: Deployment | null,
+  faults: readonly FaultRecord[],
+): Promise<void> {
+  const byNode = new Map<string, string[]>();
+  for (const { node, line } of deployment?.serverLogs() ?? []) {
+    let lines = byNode.get(node);
+    if (!lines) byNode.set(node, lines = []);
+    lines.push(line);
+  }
+  for (const [node, lines] of byNode) {
+    await Deno.writeTextFile(`${dir}/server-${node}.log`, lines.join("\n") + "\n").catch(() => {});
+  }
+  const text = faults.map((f) =>
+    `${new Date(f.at_ms).toISOString()} ${f.kind} ${f.target}: ${f.end_ms - f.at_ms} ms` +
+    (f.recovery_ms !== null ? `, serving again after ${f.recovery_ms} ms` : "")
+  ).join("\n");
+  await Deno.writeTextFile(`${dir}/faults.log`, text + "\n").catch(() => {});
 }
