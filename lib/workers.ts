@@ -271,7 +271,7 @@ export class Workers implements WorkerService {
           const other = this.#waiters.find((x) =>
             x.session.session_id === w.session.session_id && !x.done
           );
-          if (!other?.deliver([task])) this.#undelivered(w.session, [task], "closed");
+          if (!other?.deliver([task])) undelivered(this.executions, w.session, [task], "closed");
         },
         release: () => {
           if (w.done) return;
@@ -312,12 +312,8 @@ export class Workers implements WorkerService {
   /** When the worker went away before it got the answer, it never saw these attempts. */
   #delivered(s: Session, tasks: TaskPayload[], signal?: AbortSignal): TaskPayload[] {
     if (!signal?.aborted) return tasks;
-    this.#undelivered(s, tasks, "closed");
+    undelivered(this.executions, s, tasks, "closed");
     return [];
-  }
-
-  #undelivered(s: Session, tasks: TaskPayload[], how: "closed" | "failed"): void {
-    undelivered(this.executions, s, tasks, how);
   }
 
   /**
@@ -359,7 +355,9 @@ export class Workers implements WorkerService {
     } catch (e) {
       // The result was not applied (or not known to be): the worker hears an error and retries
       // it; tasks already dispatched for its slot never reach it, so they go out again.
-      if (fromQueue) this.#undelivered(s!, await (fromQueue as Promise<TaskPayload[]>), "failed");
+      if (fromQueue) {
+        undelivered(this.executions, s!, await (fromQueue as Promise<TaskPayload[]>), "failed");
+      }
       throw e;
     }
     // Only a report that was not refused (INVALID_TOKEN, UNKNOWN_TASK, …) counts as contact.

@@ -198,18 +198,15 @@ function ownedCommit(
     }
   }
   const lists = { enqueue, gone, cancel, done, inbox, take };
-  const parts: CommitOwnedParts = {
+  const parts = {
     create: rows.some((r) => r.is_create),
     update: rows.some((r) => !r.is_create),
-    enqueue: enqueue.length > 0,
-    gone: gone.length > 0,
-    cancel: cancel.length > 0,
-    done: done.length > 0,
-    inbox: inbox.length > 0,
-    take: take.length > 0,
-  };
+  } as CommitOwnedParts;
   const params: unknown[] = [rows, events];
-  for (const l of COMMIT_OWNED_LISTS) if (parts[l]) params.push(lists[l]);
+  for (const l of COMMIT_OWNED_LISTS) {
+    parts[l] = lists[l].length > 0;
+    if (parts[l]) params.push(lists[l]);
+  }
   return { text: commitOwned(parts), params };
 }
 

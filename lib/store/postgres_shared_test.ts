@@ -288,6 +288,21 @@ async function onSharedConnection(fn: (sql: postgres.Sql) => Promise<void>): Pro
   }
 }
 
+/**
+ * 5,000 claimed attempts (execution `x<i>`, unit `u<i>`, token `x<i>/t`) and 5,000 queued rows
+ * (`q<i>`, unit `v<i>`) of task `t`.
+ */
+async function fillTasks(sql: postgres.Sql): Promise<void> {
+  await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+      contract_version, state, enqueued_ms, payload, token, session_id, claimed_by, claimed_ms)
+    SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'claimed', 0, '{}', 'x' || i || '/t',
+      's1', 'n1', 0 FROM generate_series(1, 5000) AS i`;
+  await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+      contract_version, state, enqueued_ms, payload)
+    SELECT 'q' || i, 'r' || i, 's', 1, 'v' || i, 't', '1', 'queued', i, '{}'
+    FROM generate_series(1, 5000) AS i`;
+}
+
 type PlanNode = Record<string, unknown>;
 
 /** `EXPLAIN (FORMAT JSON, …) EXECUTE …`: the top entry and every plan node, flattened. */
@@ -349,14 +364,7 @@ Deno.test("postgres shared commit: a plan made while the tables were small still
     await sql.unsafe(`EXECUTE c (${params})`); // the plan is made on empty tables and kept
     await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
       SELECT 'x' || i, 'x' || i, 'n1', 1, 0 FROM generate_series(1, 20000) AS i`;
-    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
-        contract_version, state, enqueued_ms, payload, token, session_id, claimed_by, claimed_ms)
-      SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'claimed', 0, '{}', 'x' || i || '/t',
-        's1', 'n1', 0 FROM generate_series(1, 5000) AS i`;
-    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
-        contract_version, state, enqueued_ms, payload)
-      SELECT 'q' || i, 'r' || i, 's', 1, 'v' || i, 't', '1', 'queued', i, '{}'
-      FROM generate_series(1, 5000) AS i`;
+    await fillTasks(sql);
     const { nodes } = await explain(sql, `EXECUTE c (${params})`, true);
     const scans = nodes.filter((n) => n["Node Type"] === "Seq Scan").map((n) =>
       String(n["Relation Name"])
@@ -435,14 +443,7 @@ Deno.test("postgres shared heartbeats: the statements that confirm, look up and 
       await sql.unsafe(`PREPARE ${name} ${text}`);
       await sql.unsafe(`EXECUTE ${name} (${args})`);
     }
-    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
-        contract_version, state, enqueued_ms, payload, token, session_id, claimed_by, claimed_ms)
-      SELECT 'x' || i, 'r' || i, 's', 1, 'u' || i, 't', '1', 'claimed', 0, '{}', 'x' || i || '/t',
-        's1', 'n1', 0 FROM generate_series(1, 5000) AS i`;
-    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
-        contract_version, state, enqueued_ms, payload)
-      SELECT 'q' || i, 'r' || i, 's', 1, 'v' || i, 't', '1', 'queued', i, '{}'
-      FROM generate_series(1, 5000) AS i`;
+    await fillTasks(sql);
     for (const [name, , args] of statements) {
       const { nodes } = await explain(sql, `EXECUTE ${name} (${args})`, true);
       const read = rowsRead(nodes, ["orbit_tasks"]);

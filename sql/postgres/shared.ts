@@ -22,53 +22,6 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 // ---------------------------------------------------------------------------------------------
 // The owned commit
 
-/**
- * The commit of a shared-mode server, as ONE statement: the single-server commit plus, per
- * execution, the ownership check and what changes around its history.
- *
- * - `own` locks the ownership rows of the batch's existing executions FOR SHARE (a takeover's
- *   UPDATE waits for this statement, and this statement, started after a takeover, sees the
- *   new epoch); `ok` keeps the items whose row still names this node at the epoch it holds,
- *   and every create (its ownership row is inserted here, epoch as given).
- * - Events, rows, task rows and inbox deletions are written for `ok` items only; the others
- *   come back in `fenced` with the row's current owner, and the store raises FencedError for
- *   each of them while the rest of the batch is committed.
- * - A terminal status deletes the ownership row; `continued` keeps it (continue-as-new keeps
- *   owner and epoch).
- * - Task rows: `enqueue` inserts queued rows, or claimed ones for an
- *   eager dispatch (the result's worker takes the next step in the same append), `gone` deletes queued rows
- *   of units no longer queued, `cancel` marks claimed attempts the owner no longer needs,
- *   `done` deletes the rows of attempts whose result was recorded.
- * - `take`: the dispatches of units that were queued. A row claimed by a claim statement
- *   (here or elsewhere) carries the dispatch's token already; a row still queued is claimed
- *   here, in the commit of its dispatch (the owner handing its own queued task to a worker
- *   slot the same commit freed: no claim statement, no second commit), unless a row of the
- *   same task queued more than `head_ms` earlier waits (the claim statement's order: the
- *   claim then decides). A take whose row was claimed with another token meanwhile (another
- *   server's claim won: its lock made this UPDATE wait, then skip the row), or that yields to
- *   an older row, is `lost`: nothing of that execution is written, the others commit, and the
- *   store raises TaskTakenError for it.
- *
- * - Ownership and task rows are found through their unique indexes (`execution_id`, `unit`,
- *   `token`) from arrays built first (`= ANY (ARRAY(…))`). Joined with the parameters instead
- *   (`IN (SELECT … FROM jsonb_to_recordset(…))`, which the planner guesses at 100 rows), the
- *   plans read whole tables on every commit: all of `orbit_owners` (a commit took 5.2 ms in the
- *   executor with 20,000 waiting executions owned, against 1.2 ms with none) and every claimed
- *   attempt of `orbit_tasks`. A task row's state is checked as `(state = '…') IS TRUE`, which
- *   the claim index cannot answer: a generic plan made on small tables otherwise read every
- *   queued or claimed row through it to find a few units (all 5,000 claimed attempts, for
- *   every commit, with nothing to cancel).
- * - No NOTIFY here: PostgreSQL holds a global lock from a notifying transaction's commit until
- *   it is flushed, which would serialize every commit of every server. The statement answers
- *   how many rows it queued and which executions closed; the caller notifies (orbit_tasks,
- *   orbit_done) in a statement of its own once the commit is known.
- *
- * Params: $1 rows (+ is_create, owner_node, owner_epoch), $2 events, $3 enqueue
- * [{execution_id, run_id, step, attempt, unit, task_name, contract_version, language,
- * enqueued_ms, payload}], $4 gone [{execution_id, unit}], $5 cancel [{execution_id, token}],
- * $6 done [{execution_id, token}], $7 inbox entries applied [{execution_id, seq}], $8 take
- * [{execution_id, unit, token, session_id, claimed_by, claimed_ms, head_ms}].
- */
 /** The parts of an owned commit a batch uses (the statement leaves the others out). */
 export interface CommitOwnedParts {
   /** An item creates its execution. */
@@ -104,17 +57,18 @@ const ALL_PARTS: CommitOwnedParts = {
   take: true,
 };
 
+const PART_NAMES = Object.keys(ALL_PARTS) as (keyof CommitOwnedParts)[];
 const commitOwnedCache = new Map<string, string>();
 
 /**
- * COMMIT_OWNED for the parts a batch uses: a CTE whose list is empty is left out (each costs
+ * COMMIT_OWNED (below) for the parts a batch uses: a CTE whose list is empty is left out (each costs
  * 10–50 µs of the executor even when it writes nothing, and most commits carry no creates,
  * gone or cancelled units, inbox entries or takes). The lists present are numbered from $3 in
  * COMMIT_OWNED_LISTS order. One text per combination, cached (a server prepares the few its
  * traffic uses).
  */
 export function commitOwned(parts: CommitOwnedParts): string {
-  const key = Object.values(parts).map((v) => (v ? "1" : "0")).join("");
+  const key = PART_NAMES.map((k) => (parts[k] ? "1" : "0")).join("");
   let text = commitOwnedCache.get(key);
   if (text === undefined) {
     text = commitOwnedStatement(parts);
@@ -322,7 +276,53 @@ SELECT (SELECT count(*) FROM ev) AS events,
   } AS lost`;
 }
 
-/** The owned commit with every part (params $1 … $8, as described above). */
+/**
+ * The commit of a shared-mode server, as ONE statement: the single-server commit plus, per
+ * execution, the ownership check and what changes around its history.
+ *
+ * - `own` locks the ownership rows of the batch's existing executions FOR SHARE (a takeover's
+ *   UPDATE waits for this statement, and this statement, started after a takeover, sees the
+ *   new epoch); `ok` keeps the items whose row still names this node at the epoch it holds,
+ *   and every create (its ownership row is inserted here, epoch as given).
+ * - Events, rows, task rows and inbox deletions are written for `ok` items only; the others
+ *   come back in `fenced` with the row's current owner, and the store raises FencedError for
+ *   each of them while the rest of the batch is committed.
+ * - A terminal status deletes the ownership row; `continued` keeps it (continue-as-new keeps
+ *   owner and epoch).
+ * - Task rows: `enqueue` inserts queued rows, or claimed ones for an
+ *   eager dispatch (the result's worker takes the next step in the same append), `gone` deletes queued rows
+ *   of units no longer queued, `cancel` marks claimed attempts the owner no longer needs,
+ *   `done` deletes the rows of attempts whose result was recorded.
+ * - `take`: the dispatches of units that were queued. A row claimed by a claim statement
+ *   (here or elsewhere) carries the dispatch's token already; a row still queued is claimed
+ *   here, in the commit of its dispatch (the owner handing its own queued task to a worker
+ *   slot the same commit freed: no claim statement, no second commit), unless a row of the
+ *   same task queued more than `head_ms` earlier waits (the claim statement's order: the
+ *   claim then decides). A take whose row was claimed with another token meanwhile (another
+ *   server's claim won: its lock made this UPDATE wait, then skip the row), or that yields to
+ *   an older row, is `lost`: nothing of that execution is written, the others commit, and the
+ *   store raises TaskTakenError for it.
+ *
+ * - Ownership and task rows are found through their unique indexes (`execution_id`, `unit`,
+ *   `token`) from arrays built first (`= ANY (ARRAY(…))`). Joined with the parameters instead
+ *   (`IN (SELECT … FROM jsonb_to_recordset(…))`, which the planner guesses at 100 rows), the
+ *   plans read whole tables on every commit: all of `orbit_owners` (a commit took 5.2 ms in the
+ *   executor with 20,000 waiting executions owned, against 1.2 ms with none) and every claimed
+ *   attempt of `orbit_tasks`. A task row's state is checked as `(state = '…') IS TRUE`, which
+ *   the claim index cannot answer: a generic plan made on small tables otherwise read every
+ *   queued or claimed row through it to find a few units (all 5,000 claimed attempts, for
+ *   every commit, with nothing to cancel).
+ * - No NOTIFY here: PostgreSQL holds a global lock from a notifying transaction's commit until
+ *   it is flushed, which would serialize every commit of every server. The statement answers
+ *   how many rows it queued and which executions closed; the caller notifies (orbit_tasks,
+ *   orbit_done) in a statement of its own once the commit is known.
+ *
+ * Params: $1 rows (+ is_create, owner_node, owner_epoch), $2 events, $3 enqueue
+ * [{execution_id, run_id, step, attempt, unit, task_name, contract_version, language,
+ * enqueued_ms, payload}], $4 gone [{execution_id, unit}], $5 cancel [{execution_id, token}],
+ * $6 done [{execution_id, token}], $7 inbox entries applied [{execution_id, seq}], $8 take
+ * [{execution_id, unit, token, session_id, claimed_by, claimed_ms, head_ms}].
+ */
 export const COMMIT_OWNED = commitOwned(ALL_PARTS);
 
 /**
@@ -404,8 +404,9 @@ FROM orbit_nodes n ORDER BY n.node_id`;
  * Run every second by every node. The nodes that own anything are found by walking
  * `orbit_owners_node_idx` from one node id to the next (a handful of index probes), and only the
  * rows of dead ones are read (a lateral join from the dead nodes, kept from being flattened by
- * `OFFSET 0`, so that no plan walks every ownership row in root order looking for them): filtering every ownership row instead took
- * 182 ms a run with 200,000 executions owned by two live nodes.
+ * `OFFSET 0`, so that no plan walks every ownership row in root order looking for them):
+ * filtering every ownership row instead took 182 ms a run with 200,000 executions owned by two
+ * live nodes.
  */
 export const DEAD_ROOTS = `
 WITH RECURSIVE owner_nodes AS (
@@ -449,9 +450,8 @@ LEFT JOIN orbit_nodes n ON n.node_id = o.node_id WHERE o.execution_id = $1`;
  * their status and next wake-up (lib/execution_cache.ts \`wakeAt\`). Params: $1 ids.
  */
 export const WAKE_OF = `
-SELECT execution_id, status, wake_at_ms FROM workflow_executions WHERE execution_id = ANY (${
-  list(1)
-})`;
+SELECT execution_id, status, wake_at_ms FROM workflow_executions
+WHERE execution_id = ANY (${list(1)})`;
 
 /**
  * The running executions this node owns whose next timer is due at or before $2, with the
@@ -474,9 +474,8 @@ WHERE o.node_id = $1`;
 
 /** Which of these executions this node owns, at which epoch. Params: $1 me, $2 ids. */
 export const OWNED_AMONG = `
-SELECT execution_id, epoch FROM orbit_owners WHERE node_id = $1 AND execution_id = ANY (${
-  list(2)
-})`;
+SELECT execution_id, epoch FROM orbit_owners
+WHERE node_id = $1 AND execution_id = ANY (${list(2)})`;
 
 // ---------------------------------------------------------------------------------------------
 // orbit_tasks: the shared queue
