@@ -159,6 +159,9 @@ function commitParams(items: AppendItem[]): { rows: CommitRowParam[]; events: Co
   return { rows: [...rows.values()], events };
 }
 
+/** A status after which the execution moves no more (`continued` hands over to a next run). */
+const isClosed = (status: string) => status !== "running" && status !== "continued";
+
 /**
  * The owned commit of a batch: the statement for the parts it uses (commitOwned) and its
  * parameters, the rows, the events and then the queue and inbox lists that are not empty, each
@@ -201,6 +204,7 @@ function ownedCommit(
   const parts = {
     create: rows.some((r) => r.is_create),
     update: rows.some((r) => !r.is_create),
+    close: rows.some((r) => !r.is_create && isClosed(r.status)),
   } as CommitOwnedParts;
   const params: unknown[] = [rows, events];
   for (const l of COMMIT_OWNED_LISTS) {
@@ -401,7 +405,6 @@ class PostgresStore implements Store {
     let result: {
       fenced: Array<{ execution_id: string; node_id: string | null; epoch: number | null }>;
       queued: number;
-      closed: string[];
       lost: string[];
     }[];
     try {
@@ -411,9 +414,6 @@ class PostgresStore implements Store {
       throw commitError(e, rows);
     }
     const r = result[0];
-    if (r && (Number(r.queued) > 0 || r.closed.length > 0)) {
-      this.#afterCommit?.({ queued: Number(r.queued), closed: r.closed });
-    }
     const fenced = new Map<string, FencedError>();
     for (const f of result[0]?.fenced ?? []) {
       const held = rows.find((r) => r.execution_id === f.execution_id)?.owner_epoch ?? 0;
@@ -427,6 +427,12 @@ class PostgresStore implements Store {
           `execution \`${id}\`: its queued task was claimed by another server, or an older one waits`,
         ),
       );
+    }
+    const closed = rows
+      .filter((x) => isClosed(x.status) && !fenced.has(x.execution_id) && !lost.has(x.execution_id))
+      .map((x) => x.execution_id);
+    if (r && (Number(r.queued) > 0 || closed.length > 0)) {
+      this.#afterCommit?.({ queued: Number(r.queued), closed });
     }
     if (log.shared.isEnabledFor("debug")) {
       logAppends(rows, events, new Set([...fenced.keys(), ...lost.keys()]));

@@ -217,4 +217,15 @@ CREATE INDEX workflow_executions_wake_idx ON workflow_executions (wake_at_ms)
 ALTER TABLE orbit_nodes ADD COLUMN owned bigint;
 `,
   },
+  {
+    version: 6,
+    name: "claim index over queued task rows only",
+    sql: `
+-- Claims read queued rows only (sql/postgres/shared.ts). Indexed over every row, each task's
+-- row was entered in the index twice more (claimed: its state and token change, so the update
+-- is not HOT; and eagerly dispatched rows are inserted claimed); now only while queued.
+DROP INDEX IF EXISTS orbit_tasks_claim_idx;
+CREATE INDEX orbit_tasks_claim_idx ON orbit_tasks (task_name, enqueued_ms) WHERE state = 'queued';
+`,
+  },
 ];

@@ -28,6 +28,8 @@ export interface CommitOwnedParts {
   create: boolean;
   /** An item appends to an existing execution (its ownership is checked). */
   update: boolean;
+  /** An existing execution closes (its ownership row goes). */
+  close: boolean;
   enqueue: boolean;
   gone: boolean;
   cancel: boolean;
@@ -49,6 +51,7 @@ export const COMMIT_OWNED_LISTS = [
 const ALL_PARTS: CommitOwnedParts = {
   create: true,
   update: true,
+  close: true,
   enqueue: true,
   gone: true,
   cancel: true,
@@ -102,7 +105,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
   SELECT i.execution_id FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
   WHERE i.is_create OR (o.node_id = i.owner_node AND o.epoch = i.owner_epoch)
 )`);
-  } else {
+  } else if (parts.take) {
     cte.push(`owned AS (SELECT execution_id FROM item)`);
   }
   if (parts.take) {
@@ -122,23 +125,23 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
            AND x.contract_version = t.contract_version) >= t.enqueued_ms - k.head_ms
   RETURNING k.token
 )`);
-    cte.push(`lost AS (
-  SELECT DISTINCT k.execution_id FROM take k
-  WHERE k.token NOT IN (SELECT token FROM took)
-    AND k.token IS DISTINCT FROM (SELECT t.token FROM orbit_tasks t WHERE t.unit = k.unit)
-)`);
+    // A take is lost when its row was neither claimed here nor claimed for this dispatch
+    // already (every sub-statement reads the snapshot from before `took`).
     cte.push(`ok AS (
-  SELECT execution_id FROM owned WHERE execution_id NOT IN (SELECT execution_id FROM lost)
+  SELECT o.execution_id FROM owned o WHERE NOT EXISTS (
+    SELECT 1 FROM take k WHERE k.execution_id = o.execution_id
+      AND NOT EXISTS (SELECT 1 FROM took WHERE took.token = k.token)
+      AND k.token IS DISTINCT FROM (SELECT t.token FROM orbit_tasks t WHERE t.unit = k.unit))
 )`);
-  } else {
-    cte.push(`ok AS (SELECT execution_id FROM owned)`);
   }
+  // The items written: those owned (and every create), less lost takes.
+  const ok = parts.take ? "ok" : parts.update ? "owned" : "item";
   cte.push(`ev AS (
   INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data)
   SELECT e.run_id, (e.data->>'seq')::bigint, e.execution_id, e.data->>'type',
     (e.data->>'time_ms')::bigint, e.data
   FROM jsonb_to_recordset($2::jsonb) AS e(run_id text, execution_id text, data jsonb)
-  WHERE e.execution_id IN (SELECT execution_id FROM ok)
+  WHERE e.execution_id IN (SELECT execution_id FROM ${ok})
   RETURNING 1
 )`);
   const written: string[] = [];
@@ -163,7 +166,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     cte.push(`updated AS (
   INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
   SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item
-  WHERE NOT is_create AND execution_id IN (SELECT execution_id FROM ok)
+  WHERE NOT is_create AND execution_id IN (SELECT execution_id FROM ${ok})
   ON CONFLICT (execution_id) DO UPDATE SET
     run_id = excluded.run_id, root_id = excluded.root_id, parent_id = excluded.parent_id,
     workflow = excluded.workflow, version = excluded.version, status = excluded.status,
@@ -172,14 +175,16 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     last_seq = excluded.last_seq, wake_at_ms = excluded.wake_at_ms
   RETURNING 1
 )`);
+    written.push("(SELECT count(*) FROM updated)");
+  }
+  if (parts.close) {
     cte.push(`owner_out AS (
   DELETE FROM orbit_owners WHERE execution_id = ANY (ARRAY(
     SELECT execution_id FROM item
     WHERE NOT is_create AND status NOT IN ('running', 'continued')
-      AND execution_id IN (SELECT execution_id FROM ok)))
+      AND execution_id IN (SELECT execution_id FROM ${ok})))
   RETURNING 1
 )`);
-    written.push("(SELECT count(*) FROM updated)");
     owners.push("(SELECT count(*) FROM owner_out)");
   }
   if (parts.enqueue) {
@@ -194,7 +199,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
   FROM jsonb_to_recordset(${p("enqueue")}) AS t(execution_id text, run_id text, step text,
     attempt integer, unit text, task_name text, contract_version text, language text,
     enqueued_ms bigint, payload jsonb, claimed jsonb)
-  WHERE t.execution_id IN (SELECT execution_id FROM ok)
+  WHERE t.execution_id IN (SELECT execution_id FROM ${ok})
   ON CONFLICT (unit) DO NOTHING
   RETURNING (state = 'queued') AS queued
 )`);
@@ -202,7 +207,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
   }
   const gone = parts.gone
     ? `SELECT g.unit FROM jsonb_to_recordset(${p("gone")}) AS g(execution_id text, unit text)
-      WHERE g.execution_id IN (SELECT execution_id FROM ok)`
+      WHERE g.execution_id IN (SELECT execution_id FROM ${ok})`
     : "";
   if (parts.gone) {
     cte.push(`task_gone AS (
@@ -218,7 +223,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     if (parts.cancel) {
       units.push(`SELECT x.unit FROM orbit_tasks x WHERE x.token = ANY (ARRAY(
       SELECT c.token FROM jsonb_to_recordset(${p("cancel")}) AS c(execution_id text, token text)
-      WHERE c.execution_id IN (SELECT execution_id FROM ok)))`);
+      WHERE c.execution_id IN (SELECT execution_id FROM ${ok})))`);
     }
     if (parts.gone) units.push(gone);
     cte.push(`task_cancel AS (
@@ -232,7 +237,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     cte.push(`task_done AS (
   DELETE FROM orbit_tasks WHERE token = ANY (ARRAY(
     SELECT d.token FROM jsonb_to_recordset(${p("done")}) AS d(execution_id text, token text)
-    WHERE d.execution_id IN (SELECT execution_id FROM ok)))
+    WHERE d.execution_id IN (SELECT execution_id FROM ${ok})))
   RETURNING 1
 )`);
     tasks.push("(SELECT count(*) FROM task_done)");
@@ -241,25 +246,19 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     cte.push(`inbox_done AS (
   DELETE FROM orbit_inbox WHERE seq IN (
     SELECT x.seq FROM jsonb_to_recordset(${p("inbox")}) AS x(execution_id text, seq bigint)
-    WHERE x.execution_id IN (SELECT execution_id FROM ok))
+    WHERE x.execution_id IN (SELECT execution_id FROM ${ok}))
   RETURNING 1
 )`);
   }
   const sum = (xs: string[]) => (xs.length > 0 ? xs.join(" + ") : "0");
   return `
-WITH ${cte.join(",\n")},
-closed AS (
-  SELECT coalesce(json_agg(i.execution_id), '[]'::json) AS ids FROM item i
-  WHERE i.status IN ('completed', 'failed', 'cancelled', 'timed_out')
-    AND i.execution_id IN (SELECT execution_id FROM ok)
-)
+WITH ${cte.join(",\n")}
 SELECT (SELECT count(*) FROM ev) AS events,
   ${sum(written)} AS executions,
   ${sum(owners)} AS owners,
   ${sum(tasks)} AS tasks,
   ${parts.inbox ? "(SELECT count(*) FROM inbox_done)" : "0"} AS inbox,
   ${parts.enqueue ? "(SELECT count(*) FROM task_in WHERE queued)" : "0"} AS queued,
-  (SELECT ids FROM closed) AS closed,
   ${
     parts.update
       ? `(SELECT coalesce(json_agg(json_build_object('execution_id', i.execution_id,
@@ -270,8 +269,8 @@ SELECT (SELECT count(*) FROM ev) AS events,
   } AS fenced,
   ${
     parts.take
-      ? `(SELECT coalesce(json_agg(l.execution_id), '[]'::json) FROM lost l
-   WHERE l.execution_id IN (SELECT execution_id FROM owned))`
+      ? `(SELECT coalesce(json_agg(o.execution_id), '[]'::json) FROM owned o
+   WHERE o.execution_id NOT IN (SELECT execution_id FROM ${ok}))`
       : "'[]'::json"
   } AS lost`;
 }
@@ -314,7 +313,8 @@ SELECT (SELECT count(*) FROM ev) AS events,
  *   every commit, with nothing to cancel).
  * - No NOTIFY here: PostgreSQL holds a global lock from a notifying transaction's commit until
  *   it is flushed, which would serialize every commit of every server. The statement answers
- *   how many rows it queued and which executions closed; the caller notifies (orbit_tasks,
+ *   how many rows it queued (the caller knows which executions closed: those of its items with
+ *   a terminal status that were neither fenced nor lost); the caller notifies (orbit_tasks,
  *   orbit_done) in a statement of its own once the commit is known.
  *
  * Params: $1 rows (+ is_create, owner_node, owner_epoch), $2 events, $3 enqueue
@@ -496,7 +496,7 @@ WHERE node_id = $1 AND execution_id = ANY (${list(2)})`;
  * backlog, is not starved), and among rows of one kind the order is still by age.
  *
  * Cost on a long queue: `cand` reads, per registration, at most `window` of the oldest
- * matching rows from `orbit_tasks_claim_idx` (state, task_name, enqueued_ms) and keeps the
+ * matching rows from `orbit_tasks_claim_idx` (task_name, enqueued_ms of queued rows) and keeps the
  * `window` oldest of them. Only those are looked up in `orbit_owners` and ranked; the ranked
  * rows are then locked, LIMIT $2, SKIP LOCKED. `t.state = 'queued'` is repeated on the locked
  * scan so that a row claimed by another server after this statement's snapshot is skipped
