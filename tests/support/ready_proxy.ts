@@ -75,6 +75,31 @@ function closeQuietly(c: Deno.Conn): void {
   } catch { /* already closed */ }
 }
 
+/**
+ * Copies one direction of a proxied connection until its end, then half-closes the other side
+ * (the peer sees the end as if connected directly); an error on either socket closes both.
+ * Plain reads and writes through one buffer: `readable.pipeTo(writable)` cost about 75 µs of
+ * CPU more per proxied HTTP request (Deno 2.9, small requests), which the benchmark's shared
+ * runs pay on the same cores as the servers.
+ */
+async function pump(from: Deno.Conn, to: Deno.Conn): Promise<void> {
+  const buf = new Uint8Array(64 * 1024);
+  try {
+    for (;;) {
+      const n = await from.read(buf);
+      if (n === null) break;
+      for (let off = 0; off < n;) off += await to.write(buf.subarray(off, n));
+    }
+  } catch {
+    closeQuietly(from);
+    closeQuietly(to);
+    return;
+  }
+  try {
+    await to.closeWrite();
+  } catch { /* closed already */ }
+}
+
 export function startReadyProxy(initial: string[], o: ReadyProxyOptions = {}): ReadyProxy {
   const intervalMs = o.intervalMs ?? 250;
   const timeoutMs = o.timeoutMs ?? 1000;
@@ -222,10 +247,7 @@ export function startReadyProxy(initial: string[], o: ReadyProxyOptions = {}): R
       }
       b.conns.add(conn);
       b.conns.add(upstream);
-      await Promise.allSettled([
-        conn.readable.pipeTo(upstream.writable),
-        upstream.readable.pipeTo(conn.writable),
-      ]);
+      await Promise.all([pump(conn, upstream), pump(upstream, conn)]);
       b.conns.delete(conn);
       b.conns.delete(upstream);
       closeQuietly(conn);
