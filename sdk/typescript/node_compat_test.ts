@@ -49,7 +49,7 @@ Deno.test({
         ORBIT_SDK_BUNDLE: bundle,
       });
       assert.equal(test.code, 0, `node --test failed:\n${test.text}`);
-      assert.match(test.text, /# pass 2/);
+      assert.match(test.text, /# pass 3/);
       assert.match(test.text, /# fail 0/);
     } finally {
       await Deno.remove(dir, { recursive: true });

@@ -343,3 +343,18 @@ test("the client and the builder work on the bundle", async () => {
     await fake.close();
   }
 });
+
+test("the console logger's gathered lines are written when the process exits", async () => {
+  // A child process logs one info line and exits before the gathering time is over.
+  const { spawnSync } = await import("node:child_process");
+  const script = `const { consoleLogger } = await import(${JSON.stringify(target)});
+consoleLogger().info("gathered", { n: 1 });
+${inDeno ? "Deno.exit(0);" : "process.exit(0);"}`;
+  const args = inDeno ? ["eval", "--ext=js", script] : ["--input-type=module", "-e", script];
+  const r = spawnSync(process.execPath, args, {
+    encoding: "utf8",
+    env: { ...process.env, NO_COLOR: "1" },
+  });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^\S+Z INFO orbit gathered \{"n":1\}\n$/);
+});

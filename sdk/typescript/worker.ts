@@ -366,6 +366,7 @@ export class Worker {
       if (timer !== undefined) clearTimeout(timer);
       this.#state = "stopped";
       this.logger.info("worker stopped", { worker_id: this.workerId });
+      this.logger.flush?.();
       this.#resolveDone();
     }
   }
