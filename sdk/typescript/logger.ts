@@ -95,11 +95,17 @@ export function consoleLogger(options: ConsoleLoggerOptions = {}): Logger {
   };
 }
 
-/** Runs `fn` when the process exits normally (Deno's `unload` event, Node's `exit`). */
+/**
+ * Runs `fn` when the process ends: Deno's `unload`, and an uncaught error or rejection (the
+ * listeners only write; the error still ends the process); Node's `exit`, which it emits for
+ * those too.
+ */
 function onExit(fn: () => void): void {
   // Deno first: reading `globalThis.process` there loads Node's process module (~35 ms).
   if ("Deno" in globalThis) {
-    globalThis.addEventListener("unload", fn);
+    for (const event of ["unload", "error", "unhandledrejection"]) {
+      globalThis.addEventListener(event, fn);
+    }
     return;
   }
   const node = (globalThis as { process?: { on?(event: string, fn: () => void): void } }).process;

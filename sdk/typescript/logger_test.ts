@@ -83,3 +83,19 @@ Deno.test("consoleLogger: flush() writes at once; below the level nothing is gat
     assert.equal(calls.length, 1);
   });
 });
+
+Deno.test("consoleLogger: an uncaught error still writes the gathered lines, and still ends the process", async () => {
+  const mod = new URL("./logger.ts", import.meta.url).href;
+  const script = `import { consoleLogger } from ${JSON.stringify(mod)};
+consoleLogger().info("before the crash");
+throw new Error("boom");`;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", "--ext=ts", script],
+    env: { NO_COLOR: "1" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 1);
+  assert.match(new TextDecoder().decode(out.stdout), /^\S+Z INFO orbit before the crash\n$/);
+  assert.match(new TextDecoder().decode(out.stderr), /Uncaught .*boom/);
+});
