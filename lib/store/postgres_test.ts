@@ -165,3 +165,36 @@ Deno.test({
     }
   },
 });
+
+Deno.test("postgres store: events are indexed by their key only, and a history read uses it", async () => {
+  // Migration 7 dropped execution_events_execution_idx (one B-tree insert per event that no
+  // query used), from a database made before it too.
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const sql = client(url);
+  try {
+    await store.migrate();
+    const indexes = async () =>
+      (await sql`SELECT indexname FROM pg_indexes WHERE tablename = 'execution_events'
+                 ORDER BY indexname`).map((r) => r.indexname);
+    assert.deepEqual(await indexes(), ["execution_events_pkey"]);
+
+    // A database at version 6 still has the index: migrating removes it.
+    await sql`CREATE INDEX execution_events_execution_idx ON execution_events (execution_id)`;
+    await sql`DELETE FROM orbit_migrations WHERE version = 7`;
+    await store.migrate();
+    assert.deepEqual(await indexes(), ["execution_events_pkey"]);
+
+    const a = createItem("a");
+    await store.commit([a]);
+    assert.deepEqual(await store.readHistory(a.row.run_id, 0, 10), a.events);
+    await sql`SET enable_seqscan = off`;
+    const plan = (await sql.unsafe(
+      `EXPLAIN SELECT data FROM execution_events WHERE run_id = 'r' AND seq > 0 ORDER BY seq LIMIT 10`,
+    )).map((r) => String(r["QUERY PLAN"])).join("\n");
+    assert.match(plan, /execution_events_pkey/);
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+});
