@@ -1,7 +1,7 @@
 /**
  * The server's V8 flags (`--max-semi-space-size=2,--heap-growing-percent=50`: see "Many waiting
- * executions" in the README) are the same in every documented way of running it, and this Deno accepts them and
- * caps the young generation with them.
+ * executions" in the README) are the same in every documented way of running it, and this Deno
+ * accepts them: the young generation is capped and the old one grows less under churn.
  */
 import assert from "node:assert/strict";
 import { SERVER_V8_FLAGS } from "./support/server.ts";

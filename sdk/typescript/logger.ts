@@ -54,7 +54,6 @@ export function consoleLogger(options: ConsoleLoggerOptions = {}): Logger {
   };
   let pending: string[] = [];
   let timer: ReturnType<typeof setTimeout> | undefined;
-  let exitHook = false;
   const write = () => {
     timer = undefined;
     if (pending.length === 0) return;
@@ -68,12 +67,9 @@ export function consoleLogger(options: ConsoleLoggerOptions = {}): Logger {
   };
   const later = (text: string) => {
     pending.push(text);
-    if (!exitHook) {
-      exitHook = true;
-      onExit(flush);
-    }
     timer ??= setTimeout(write, GATHER_MS);
   };
+  if (min <= ORDER.info) onExit(flush);
   return {
     debug(message, fields) {
       if (min <= ORDER.debug) later(line("DEBUG", message, fields));
