@@ -53,6 +53,14 @@ const CONTACT_FLUSH_MS = 250;
 const CONTACT_CHECK_MS = 500;
 const POLL_RECHECK_MS = 1000;
 const LOCAL_PRUNE_MS = 5000;
+/**
+ * A claim statement that failed on this side may still have committed (its answer lost with the
+ * connection, or a statement the client gave up on that finished later): for this long after
+ * the failure its rows are looked for every LOST_CLAIM_CHECK_MS and handed back.
+ */
+const LOST_CLAIM_WATCH_MS = 60_000;
+const LOST_CLAIM_CHECK_MS = 1000;
+const LOST_CLAIMS_MAX = 10_000;
 
 /**
  * How many of the oldest matching rows a claim ranks (q.claimTasks): a few times its limit,
@@ -141,6 +149,13 @@ export class SharedWorkers implements WorkerService {
   /** Attempts taken over from a dead node: token → when to redeliver if nothing arrived. */
   #orphans = new Map<string, number>();
   #timers: ReturnType<typeof setInterval>[] = [];
+  /** Claims whose statement failed here, by session and claimed_ms (#recoverLostClaims). */
+  #lostClaims: Array<{ session_id: string; claimed_ms: number; until: number }> = [];
+  /** The claimed_ms of this process's latest claim: each claim gets its own. */
+  #lastClaimMs = 0;
+  /** Tokens of lost claims handed back already (found again until their owner moves them). */
+  #lostHandled = new Set<string>();
+  #recovering = false;
   #checking = false;
   #checkStarted = 0;
   #stopped = false;
@@ -164,6 +179,7 @@ export class SharedWorkers implements WorkerService {
     this.#timers.push(setInterval(() => this.#flushContacts(), CONTACT_FLUSH_MS));
     this.#timers.push(setInterval(() => this.#checkSessions(), CONTACT_CHECK_MS));
     this.#timers.push(setInterval(() => this.#local.prune(), LOCAL_PRUNE_MS));
+    this.#timers.push(setInterval(() => this.#recoverLostClaims(), LOST_CLAIM_CHECK_MS));
   }
 
   stop(): void {
@@ -368,20 +384,35 @@ export class SharedWorkers implements WorkerService {
 
   /** Claims up to `max` tasks for the session and records the dispatches owned here. */
   async #claim(s: Session, max: number): Promise<TaskPayload[]> {
-    const now = this.opts.now();
-    const rows = await this.#q<ClaimedRow>(q.claimTasks(claimWindow(max)), [
-      s.tasks.map((t) => ({
-        task_name: t.name,
-        contract_version: t.contract,
-        lang: t.language ?? s.runtime,
-      })),
-      max,
-      this.opts.nodeId,
-      s.session_id,
-      s.worker_id,
-      now,
-      OWN_TASK_HEAD_START_MS,
-    ]);
+    // The claim's claimed_ms, unique per claim of this process: a claim whose answer is lost
+    // is found again by it (#recoverLostClaims).
+    const now = this.#lastClaimMs = Math.max(this.opts.now(), this.#lastClaimMs + 1);
+    let rows: ClaimedRow[];
+    try {
+      rows = await this.#q<ClaimedRow>(q.claimTasks(claimWindow(max)), [
+        s.tasks.map((t) => ({
+          task_name: t.name,
+          contract_version: t.contract,
+          lang: t.language ?? s.runtime,
+        })),
+        max,
+        this.opts.nodeId,
+        s.session_id,
+        s.worker_id,
+        now,
+        OWN_TASK_HEAD_START_MS,
+      ]);
+    } catch (e) {
+      // Kept until a check after the database answers again; a long outage fails a claim a
+      // second per waiting poll, so the oldest go past a bound (they failed long before).
+      if (this.#lostClaims.length >= LOST_CLAIMS_MAX) this.#lostClaims.shift();
+      this.#lostClaims.push({
+        session_id: s.session_id,
+        claimed_ms: now,
+        until: now + LOST_CLAIM_WATCH_MS,
+      });
+      throw e;
+    }
     const owners = new Set<string>();
     for (const row of rows) {
       if (row.owner_node && row.owner_node !== this.opts.nodeId) {
@@ -488,6 +519,65 @@ export class SharedWorkers implements WorkerService {
         error: (e as Error).message,
       });
       setTimeout(() => void this.#release(text, row), 1000);
+    }
+  }
+
+  /**
+   * The rows of claims whose statement failed here (#claim): it may have committed with its
+   * answer lost, and then the rows stay claimed for a worker that never received them — an
+   * execution owned here would wait for ever (its history shows the step queued, the row is
+   * claimed, so neither a claim nor a take hands it out again; found by the chaos suite, a
+   * connection dropped right after a claim). Looked for every second while the failure is
+   * recent (LOST_CLAIM_WATCH_MS), so a statement that committed after its client gave up is
+   * found too. A row of an execution owned here whose dispatch was not recorded goes back on
+   * the queue (checked in the execution's turn, so that a dispatch in flight is seen); a row
+   * owned elsewhere had its `dispatched` entry written with the claim, so its owner hears that
+   * the attempt is uncertain and redelivers it now rather than one session timeout later; a row
+   * of a finished execution is cancelled.
+   */
+  async #recoverLostClaims(): Promise<void> {
+    if (this.#recovering || this.#lostClaims.length === 0) return;
+    this.#recovering = true;
+    try {
+      const now = this.opts.now();
+      const rows = await this.#q<
+        { token: string; execution_id: string; step: string; owner_node: string | null }
+      >(q.LOST_CLAIM_ROWS, [
+        this.opts.nodeId,
+        this.#lostClaims.map(({ session_id, claimed_ms }) => ({ session_id, claimed_ms })),
+      ]);
+      this.#lostClaims = this.#lostClaims.filter((c) => c.until > now);
+      if (this.#lostClaims.length === 0) this.#lostHandled.clear();
+      for (const row of rows) {
+        if (this.#lostHandled.has(row.token)) continue;
+        this.#lostHandled.add(row.token);
+        log.engine.warn("a claim's answer was lost; its task goes out again", {
+          execution_id: row.execution_id,
+          step: row.step,
+          token: row.token,
+          owner_node: row.owner_node,
+        });
+        if (row.owner_node === null) {
+          await this.#release(q.CANCEL_TASK, row);
+        } else if (row.owner_node !== this.opts.nodeId) {
+          this.#onOwner(row.execution_id, {
+            type: "uncertain",
+            token: row.token,
+            reason: "the answer to the claim that took the attempt was lost",
+          });
+        } else {
+          await this.executions.serial(row.execution_id, async () => {
+            const st = this.executions.stateOf(row.execution_id);
+            if (st && stepOfToken(st, row.token)) return; // its dispatch was recorded
+            await this.#release(q.REQUEUE_TASK, row);
+            this.wake();
+          });
+        }
+      }
+    } catch {
+      // The database is still away: the next check looks again.
+    } finally {
+      this.#recovering = false;
     }
   }
 

@@ -466,3 +466,111 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "a claim whose answer was lost hands its rows out again: an own row goes back on the " +
+    "queue, the owner of another row hears the attempt is uncertain",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    // Found by the chaos suite (shared mode, database links dropped and black-holed): the
+    // claim statement committed, its answer was lost with the connection, and the row of an
+    // execution owned here stayed claimed for a worker that never received it. The history
+    // showed the step queued, so neither a claim nor a take handed it out again: the order
+    // never finished.
+    const url = await (await sharedPostgres()).createDatabase();
+    await (await openStore(url)).close();
+    const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
+    const forwards: unknown[] = [];
+    const dispatched: string[] = [];
+    const executions = {
+      observer: null,
+      active: new Map(),
+      remote: {
+        forward: (id: string, cmd: { type: string; token: string }) => {
+          forwards.push([id, cmd.type, cmd.token]);
+          return Promise.resolve({ accepted: true });
+        },
+      },
+      holds: () => false,
+      stateOf: () => undefined,
+      serial: <T>(_id: string, fn: () => Promise<T>) => fn(),
+      command: (id: string, cmd: { step: string }) => {
+        dispatched.push(id);
+        return Promise.resolve({
+          accepted: true,
+          state: {
+            execution_id: id,
+            steps: { [cmd.step]: { redelivery: false, deadline_ms: null } },
+          },
+        });
+      },
+    } as unknown as Executions;
+    // The first claim commits, and its caller hears that the connection closed.
+    let lose = true;
+    const lossy: SharedWorkersOptions["sql"] = {
+      unsafe: (text, params, options) => {
+        const r = real.unsafe(text, params, options);
+        if (!lose || !text.includes("SKIP LOCKED")) return r;
+        lose = false;
+        return r.then(() => Promise.reject(new Error("write CONNECTION_CLOSED 127.0.0.1:5432")));
+      },
+    };
+    const workers = sharedWorkers(executions, lossy, A);
+    workers.start();
+    try {
+      for (const [id, owner] of [["e-own", A], ["e-far", B]] as const) {
+        await real`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+          VALUES (${id}, ${id}, ${owner}, 1, 0)`;
+        const payload = {
+          execution_id: id,
+          step: "s",
+          attempt: 1,
+          task: "payments.charge",
+          contract: "1",
+          input: {},
+          idempotency_key: `k-${id}`,
+          redelivery: false,
+          deadline_ms: null,
+        };
+        await real`INSERT INTO orbit_tasks (execution_id, task_name, contract_version, state,
+            enqueued_ms, payload, run_id, step, attempt, unit)
+          VALUES (${id}, 'payments.charge', '1', 'queued', 0, ${real.json(payload)}, ${`r-${id}`},
+            's', 1, ${`r-${id}/s/1/0`})`;
+      }
+      const session = await workers.register({
+        worker_id: "w-1",
+        runtime: "typescript",
+        tasks: [{ name: "payments.charge", contract: "1" }],
+        concurrency: 8,
+      });
+      await assert.rejects(workers.poll(session, 8, 0), /CONNECTION_CLOSED/);
+      const rows = async () =>
+        Object.fromEntries(
+          (await real<{ execution_id: string; state: string; token: string | null }[]>`
+            SELECT execution_id, state, token FROM orbit_tasks`).map((r) => [r.execution_id, r]),
+        );
+      const claimed = await rows();
+      assert.equal(claimed["e-own"]!.state, "claimed", "the lost claim committed");
+      assert.equal(claimed["e-far"]!.state, "claimed");
+      assert.deepEqual(dispatched, [], "nothing was dispatched by the lost claim");
+
+      await waitFor(
+        async () => (await rows())["e-own"]!.state === "queued",
+        "the own row requeued",
+      );
+      await waitFor(() => forwards.length > 0, "the other owner told");
+      assert.deepEqual(forwards, [["e-far", "uncertain", claimed["e-far"]!.token]]);
+      // The far row stays claimed: its owner records the dispatch from the claim's inbox entry
+      // and redelivers the attempt on the uncertain command.
+      assert.equal((await rows())["e-far"]!.state, "claimed");
+
+      const tasks = await workers.poll(session, 8, 0);
+      assert.deepEqual(tasks.map((t) => t.execution_id), ["e-own"]);
+      assert.deepEqual(dispatched, ["e-own"]);
+    } finally {
+      workers.stop();
+      await real.end({ timeout: 5 });
+    }
+  },
+});

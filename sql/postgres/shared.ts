@@ -584,6 +584,21 @@ forwarded AS (
 fw AS (SELECT count(*) AS n FROM forwarded)
 SELECT o.*, (SELECT n FROM fw) AS forwarded FROM owner o ORDER BY o.id`;
 
+/**
+ * The rows still claimed by claims of this node whose statement failed on this side: it may have
+ * committed with its answer lost (a connection that broke after the commit), and then nobody
+ * would ever hand those rows to a worker or record their dispatch. A claim is found by its
+ * session and its `claimed_ms`, unique per claim of a process (cluster/shared_workers.ts); each
+ * row comes with its execution's owner. Rare (only after a failed claim), so no index serves
+ * it. Params: $1 me, $2 [{session_id, claimed_ms}].
+ */
+export const LOST_CLAIM_ROWS = `
+SELECT t.token, t.execution_id, t.step, o.node_id AS owner_node
+FROM jsonb_to_recordset($2::jsonb) AS l(session_id text, claimed_ms bigint)
+JOIN orbit_tasks t ON t.session_id = l.session_id AND t.claimed_ms = l.claimed_ms
+LEFT JOIN orbit_owners o ON o.execution_id = t.execution_id
+WHERE t.claimed_by = $1 AND (t.state = 'claimed') IS TRUE`;
+
 /** Puts a claimed task back on the queue (its dispatch could not be recorded). Params: $1 token. */
 export const REQUEUE_TASK = `
 UPDATE orbit_tasks SET state = 'queued', token = NULL, claimed_by = NULL, session_id = NULL,
