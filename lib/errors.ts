@@ -34,6 +34,33 @@ export function storageError(e: unknown): OrbitError {
   return new OrbitError(500, "STORAGE_ERROR", `STORAGE_ERROR: ${msg}`);
 }
 
+/** postgres.js's codes of a connection that broke, never opened or was given up on. */
+const CONNECTION_FAILURES = new Set([
+  "CONNECTION_CLOSED",
+  "CONNECTION_ENDED",
+  "CONNECTION_DESTROYED",
+  "CONNECT_TIMEOUT",
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EPIPE",
+]);
+
+/**
+ * The database failing under a request that reached it without the store (shared mode's
+ * claims, sessions and forwards): a connection lost or refused, or an error PostgreSQL
+ * answered. 500 STORAGE_ERROR, as a failed commit answers; anything else is not a storage
+ * failure (null).
+ */
+export function storageFailure(e: unknown): OrbitError | null {
+  if (!(e instanceof Error)) return null;
+  const code = (e as { code?: unknown }).code;
+  if (e.name === "PostgresError" || (typeof code === "string" && CONNECTION_FAILURES.has(code))) {
+    return storageError(e);
+  }
+  return null;
+}
+
 /** 503 NOT_LEADER (reference page, "Standby behavior"): this server is a standby. */
 export class NotLeaderError extends OrbitError {
   override name = "NotLeaderError";

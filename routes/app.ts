@@ -9,7 +9,7 @@ import { bodyLimit } from "hono/body-limit";
 import { HTTPException } from "hono/http-exception";
 import { timingSafeEqual } from "hono/utils/buffer";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { OrbitError } from "../lib/errors.ts";
+import { OrbitError, storageFailure } from "../lib/errors.ts";
 import type { Runtime } from "../lib/runtime.ts";
 import type { WorkersFile } from "../lib/workers_file.ts";
 import { clusterGate, type GateView } from "./gate.ts";
@@ -91,6 +91,11 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
         ? "missing or invalid bearer token (Authorization: Bearer <token>)"
         : err.message || "request refused";
       return errorResponse(new OrbitError(status, code, message));
+    }
+    const storage = storageFailure(err);
+    if (storage) {
+      log.server.warn("the database failed under a request", { error: storage.message });
+      return errorResponse(storage);
     }
     log.server.error("unhandled error", { error: (err as Error).stack ?? String(err) });
     return errorResponse(new OrbitError(500, "INTERNAL", "internal error; see the server log"));
