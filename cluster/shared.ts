@@ -50,6 +50,8 @@ import { SharedWorkers } from "./shared_workers.ts";
 
 const TICK_MS = 1000;
 const TAKEOVER_BATCH = 100;
+/** Failed takeover batches kept for #recoverTakeovers (one a tick at most). */
+const LOST_TAKEOVERS_MAX = 1000;
 const FORWARD_WAIT_MS = 10_000;
 /** How long notifications nobody awaits on the request path wait for others to join them. */
 const NOTIFY_BATCH_MS = 5;
@@ -69,6 +71,12 @@ export interface SharedNodeOptions {
   app(rt: Runtime): Hono;
   /** The node cannot go on (its id was taken by another process): the server exits. */
   onFatal(message: string): void;
+  /**
+   * Tests: sees the text of each statement of the heartbeat connection (takeovers, inbox,
+   * membership) once it has answered; throwing hands the caller that error instead, as when
+   * a statement committed and its answer was lost with the connection.
+   */
+  afterStatement?: (text: string) => void;
 }
 
 interface InboxEntry {
@@ -151,6 +159,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
   #lastBeat = 0;
   #beatFailed = false;
   #ticking = false;
+  /** Takeover batches whose statement or adoption failed here (#recoverTakeovers). */
+  #lostTakeovers: Array<{ from: string; roots: string[] }> = [];
   #tick: ReturnType<typeof setInterval> | undefined;
   #beat: ReturnType<typeof setInterval> | undefined;
   #beatStarted: number | null = null;
@@ -234,10 +244,13 @@ export class SharedNode implements ClusterView, RemoteCommands {
         req.unsafe<T>(text, params, { prepare: true });
     }
     const sql = this.#hb!;
-    return <T>(text: string, params: unknown[] = []): Promise<T[]> =>
-      sql.unsafe(text, params as postgres.ParameterOrJSON<never>[], {
+    const after = this.opts.afterStatement;
+    return <T>(text: string, params: unknown[] = []): Promise<T[]> => {
+      const r = sql.unsafe(text, params as postgres.ParameterOrJSON<never>[], {
         prepare: true,
       }) as unknown as Promise<T[]>;
+      return after ? r.then((rows) => (after(text), rows)) : r;
+    };
   }
 
   readonly fetch = (req: Request, info: Deno.ServeHandlerInfo): Response | Promise<Response> =>
@@ -651,6 +664,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   }
 
   async #takeOver(): Promise<void> {
+    await this.#recoverTakeovers();
     const dead = await this.#sql("hb")<{ root_id: string; node_id: string }>(q.DEAD_ROOTS, [
       this.opts.nodeId,
       this.opts.nodeTimeoutMs,
@@ -671,30 +685,70 @@ export class SharedNode implements ClusterView, RemoteCommands {
     for (const [from, roots] of mine) {
       for (let i = 0; i < roots.length; i += TAKEOVER_BATCH) {
         const batch = roots.slice(i, i + TAKEOVER_BATCH);
-        const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(q.TAKE_OVER, [
-          this.opts.nodeId,
-          batch,
-          from,
-          this.now(),
-        ]);
-        if (rows.length === 0) continue;
-        log.shared.warn("shared: taking over executions of a node that stopped heartbeating", {
-          from,
-          executions: rows.length,
-        });
-        const r = await this.#adopt(rows, from);
-        log.engine.info("shared: took ownership of executions", {
-          executions: r.executions,
-          in_flight: r.in_flight,
-          from,
-        });
-        if (r.loaded < r.executions) {
-          log.engine.info("shared: executions taken over that only wait stay out of memory", {
-            executions: r.executions - r.loaded,
+        try {
+          const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(
+            q.TAKE_OVER,
+            [this.opts.nodeId, batch, from, this.now()],
+          );
+          if (rows.length === 0) continue;
+          log.shared.warn("shared: taking over executions of a node that stopped heartbeating", {
+            from,
+            executions: rows.length,
+          });
+          const r = await this.#adopt(rows, from);
+          log.engine.info("shared: took ownership of executions", {
+            executions: r.executions,
+            in_flight: r.in_flight,
             from,
           });
+          if (r.loaded < r.executions) {
+            log.engine.info("shared: executions taken over that only wait stay out of memory", {
+              executions: r.executions - r.loaded,
+              from,
+            });
+          }
+        } catch (e) {
+          if (this.#lostTakeovers.length < LOST_TAKEOVERS_MAX) {
+            this.#lostTakeovers.push({ from, roots: batch });
+          }
+          throw e;
         }
       }
+    }
+  }
+
+  /**
+   * Takeover batches that failed here: the statement may have committed with its answer lost
+   * (a connection that broke after it), or the adoption failed halfway. Either way this node
+   * may own executions at a new epoch that it never loaded, and nobody else takes them (this
+   * node is alive): a task result or signal reaching them would still load them, but a queued
+   * task claimed here would go back on the queue for ever ("not in memory yet") and a timer
+   * would not fire. So on the next ticks, once the database answers, whatever this node owns
+   * of those trees and does not hold at that epoch is adopted again.
+   */
+  async #recoverTakeovers(): Promise<void> {
+    const ex = this.#rt!.executions;
+    while (this.#lostTakeovers.length > 0) {
+      const t = this.#lostTakeovers[0]!;
+      const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(
+        q.OWNED_OF_ROOTS,
+        [this.opts.nodeId, t.roots],
+      );
+      const again = rows.filter((r) =>
+        !(this.epochs.get(r.execution_id) === Number(r.epoch) && ex.holds(r.execution_id))
+      );
+      if (again.length > 0) {
+        log.shared.warn("shared: adopting executions of a takeover whose answer was lost", {
+          from: t.from,
+          executions: again.length,
+        });
+        await this.#adopt(again, t.from);
+        const [n] = await this.#sql("hb")<{ n: string | number }>(q.COUNT_OWNED_RUNNING, [
+          this.opts.nodeId,
+        ]);
+        ex.recount(Number(n?.n ?? 0));
+      }
+      this.#lostTakeovers.shift();
     }
   }
 

@@ -477,6 +477,14 @@ export const OWNED_AMONG = `
 SELECT execution_id, epoch FROM orbit_owners
 WHERE node_id = $1 AND execution_id = ANY (${list(2)})`;
 
+/**
+ * What this node owns of these trees, at which epoch: after a takeover whose statement failed
+ * on this side (it may have committed with its answer lost). Params: $1 me, $2 root ids.
+ */
+export const OWNED_OF_ROOTS = `
+SELECT execution_id, epoch FROM orbit_owners
+WHERE node_id = $1 AND root_id = ANY (${list(2)})`;
+
 // ---------------------------------------------------------------------------------------------
 // orbit_tasks: the shared queue
 
