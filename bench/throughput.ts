@@ -152,19 +152,39 @@ function runQueueSeconds(pid: number, tid: number): number {
 /**
  * Samples the state of a process's main thread every 2 ms: R (running or runnable) and D (in
  * an uninterruptible wait, a commit's fsync) count as busy, S (waiting for I/O events) as idle.
+ * The stat file stays open and is read again from its start into one buffer: opening, reading
+ * and decoding it anew 500 times a second was 12 % of this process's busy time (its CPU runs on
+ * the same two cores as the server it measures).
  */
 function busySampler(pid: number) {
   let busy = 0;
   let total = 0;
+  let file: Deno.FsFile | null = null;
+  try {
+    file = Deno.openSync(`/proc/${pid}/task/${pid}/stat`);
+  } catch { /* gone: no samples */ }
+  const buf = new Uint8Array(1024);
+  const PAREN = 0x29; // ")": the state follows the command name as ") S "
   const timer = setInterval(() => {
-    const state = statFields(`${pid}/task/${pid}`)?.[0];
-    if (state === undefined) return;
+    if (!file) return;
+    let n: number | null;
+    try {
+      file.seekSync(0, Deno.SeekMode.Start);
+      n = file.readSync(buf);
+    } catch {
+      return;
+    }
+    if (n === null) return;
+    const close = buf.subarray(0, n).lastIndexOf(PAREN);
+    if (close < 0 || close + 2 >= n) return;
+    const state = String.fromCharCode(buf[close + 2]!);
     total++;
     if (state === "R" || state === "D") busy++;
   }, 2);
   return {
     stop: () => {
       clearInterval(timer);
+      file?.close();
       return total === 0 ? NaN : busy / total;
     },
   };
