@@ -82,7 +82,7 @@ function limitBody(max: number): MiddlewareHandler {
 export function createApp(rt: Runtime, opts: AppOptions): Hono {
   const app = new Hono();
 
-  app.onError((err, _c) => {
+  app.onError((err, c) => {
     if (err instanceof OrbitError) return errorResponse(err);
     if (err instanceof HTTPException) {
       const status = err.status;
@@ -94,7 +94,11 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
     }
     const storage = storageFailure(err);
     if (storage) {
-      log.server.warn("the database failed under a request", { error: storage.message });
+      log.server.warn("the database failed under a request", {
+        method: c.req.method,
+        path: c.req.path,
+        error: storage.message,
+      });
       return errorResponse(storage);
     }
     log.server.error("unhandled error", { error: (err as Error).stack ?? String(err) });
