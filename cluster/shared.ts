@@ -53,11 +53,23 @@ const TAKEOVER_BATCH = 100;
 /** Failed takeover batches kept for #recoverTakeovers (one a tick at most). */
 const LOST_TAKEOVERS_MAX = 1000;
 const FORWARD_WAIT_MS = 10_000;
+/**
+ * How long `/v1/ready` and `/v1/health` wait for the nodes' list (see #readNodes): well inside
+ * the 1 s a health check is given by default (HAProxy's `inter`, Kubernetes' probe timeout).
+ */
+const NODES_READ_WAIT_MS = 250;
 /** How long notifications nobody awaits on the request path wait for others to join them. */
 const NOTIFY_BATCH_MS = 5;
 /** A NOTIFY payload must stay below 8000 bytes (node id and a space come first). */
 const REPLY_MAX_BYTES = 7000;
 const utf8 = new TextEncoder();
+
+interface NodeRow {
+  node_id: string;
+  addr: string | null;
+  age_ms: number;
+  owned: number;
+}
 
 export interface SharedNodeOptions {
   url: string;
@@ -173,6 +185,10 @@ export class SharedNode implements ClusterView, RemoteCommands {
   #draining: Promise<void> | null = null;
   #drainAgain = false;
   #applying = new Set<number>();
+  /** The read of the nodes' list in flight, the last one that answered (#readNodes). */
+  #nodesRead: Promise<NodeRow[]> | null = null;
+  #nodesLast: { rows: NodeRow[]; at: number } | null = null;
+  #nodesSlow = false;
   /**
    * Inbox entries applied (or removed) here lately: an entry reaches the owner twice, in its
    * notification and in the inbox read that may have started before its commit deleted it.
@@ -208,33 +224,77 @@ export class SharedNode implements ClusterView, RemoteCommands {
   }
 
   async details(): Promise<Record<string, unknown>> {
-    let nodes: unknown[] = [];
-    try {
-      const rows = await this.#sql("req")<
-        { node_id: string; addr: string | null; age_ms: number; owned: number }
-      >(q.LIST_NODES, [this.opts.nodeTimeoutMs]);
-      // Another node's count is the one it wrote with its last heartbeat; this node's is now.
-      const mine = this.#rt?.executions.running;
-      nodes = rows
-        .map((n) => ({
+    const read = await this.#readNodes();
+    // Another node's count is the one it wrote with its last heartbeat; this node's is now.
+    const mine = this.#rt?.executions.running;
+    const nodes = read.rows
+      .map((n) => {
+        const age = Math.max(0, Number(n.age_ms) + read.staleMs);
+        return {
           node_id: n.node_id,
           addr: n.addr,
-          live: n.age_ms < this.opts.nodeTimeoutMs,
-          heartbeat_age_ms: Math.max(0, Number(n.age_ms)),
+          live: age < this.opts.nodeTimeoutMs,
+          heartbeat_age_ms: age,
           owned_executions: n.node_id === this.opts.nodeId && mine !== undefined
             ? mine
             : Number(n.owned),
-        }))
-        .filter((n) => n.live || n.owned_executions > 0);
-    } catch (e) {
-      log.shared.warn("cannot read the cluster's nodes", { error: (e as Error).message });
-    }
+        };
+      })
+      .filter((n) => n.live || n.owned_executions > 0);
     return {
       // In memory or not (`--cache-executions` lets waiting ones leave memory).
       owned_executions: this.#rt?.executions.running ?? 0,
       tasks_claimed: this.#workers?.tasksClaimed ?? 0,
       nodes,
     };
+  }
+
+  /**
+   * The nodes' list for `/v1/ready` and `/v1/health`, which must answer whatever the request
+   * connections do: a load balancer's check times out long before a wedged statement fails
+   * (WatchedClient gives up after 30 s), and a server whose heartbeat is written is ready
+   * whether or not this list can be read. One read at a time (checks that arrive meanwhile
+   * share it), awaited up to NODES_READ_WAIT_MS; past that, or when it fails, the last list
+   * read answers, its ages advanced by the time since it was read (`staleMs`), or none.
+   */
+  async #readNodes(): Promise<{ rows: NodeRow[]; staleMs: number }> {
+    if (!this.#nodesRead) {
+      const started = this.now();
+      this.#nodesRead = this.#sql("req")<NodeRow>(q.LIST_NODES, [this.opts.nodeTimeoutMs])
+        .then((rows) => {
+          this.#nodesLast = { rows, at: started };
+          if (this.#nodesSlow) {
+            this.#nodesSlow = false;
+            log.shared.info("the cluster's nodes are read again", {
+              node_id: this.opts.nodeId,
+              waited_ms: this.now() - started,
+            });
+          }
+          return rows;
+        })
+        .finally(() => this.#nodesRead = null);
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<"late">((resolve) => {
+      timer = setTimeout(() => resolve("late"), NODES_READ_WAIT_MS);
+    });
+    try {
+      const rows = await Promise.race([this.#nodesRead, late]);
+      if (rows !== "late") return { rows, staleMs: 0 };
+      if (!this.#nodesSlow) {
+        this.#nodesSlow = true;
+        log.shared.warn("cannot read the cluster's nodes in time; answering from the last list", {
+          node_id: this.opts.nodeId,
+          waited_ms: NODES_READ_WAIT_MS,
+        });
+      }
+    } catch (e) {
+      log.shared.warn("cannot read the cluster's nodes", { error: (e as Error).message });
+    } finally {
+      clearTimeout(timer);
+    }
+    const last = this.#nodesLast;
+    return last ? { rows: last.rows, staleMs: this.now() - last.at } : { rows: [], staleMs: 0 };
   }
 
   #sql(role: "req" | "hb") {
