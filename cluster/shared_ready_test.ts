@@ -8,37 +8,12 @@
  */
 import assert from "node:assert/strict";
 import postgres from "postgres";
-import { SharedNode } from "./shared.ts";
-import { Runtime } from "../lib/runtime.ts";
-import { createApp } from "../routes/app.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
+import { inProcessNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 
 const NODE_TIMEOUT_MS = 2000;
 const LOCK_MS = 4000;
-
-function node(url: string, nodeId: string) {
-  const n: SharedNode = new SharedNode({
-    url,
-    nodeId,
-    nodeTimeoutMs: NODE_TIMEOUT_MS,
-    sessionTimeoutMs: 3000,
-    runtime: (store, shared) =>
-      new Runtime(store, { sessionTimeoutMs: 3000, maxActiveExecutions: null, cluster: n, shared }),
-    app: (rt) => createApp(rt, { token: null, maxBodyBytes: 1 << 20, ui: false }),
-    onFatal: (message) => {
-      throw new Error(message);
-    },
-  });
-  const get = async (path: string) => {
-    const t0 = performance.now();
-    const res = await n.fetch(new Request(`http://node${path}`), {} as Deno.ServeHandlerInfo);
-    // deno-lint-ignore no-explicit-any
-    const body = await res.json() as any;
-    return { status: res.status, body, ms: performance.now() - t0 };
-  };
-  return { n, get };
-}
 
 Deno.test({
   name: "shared: /v1/ready and /v1/health answer within a second while the nodes' list " +
@@ -47,12 +22,12 @@ Deno.test({
   sanitizeResources: false,
   fn: async () => {
     const url = await (await sharedPostgres()).createDatabase();
-    const a = node(url, "node-a");
+    const a = inProcessNode(url, "node-a", { nodeTimeoutMs: NODE_TIMEOUT_MS });
     const locker = postgres(url, { max: 1, onnotice: () => {} });
     await a.n.open();
     await a.n.start(null);
     try {
-      const before = await a.get("/v1/ready");
+      const before = await a.call("GET", "/v1/ready");
       assert.equal(before.status, 200, JSON.stringify(before.body));
       assert.deepEqual(before.body.nodes.map((x: { node_id: string }) => x.node_id), ["node-a"]);
 
@@ -67,7 +42,7 @@ Deno.test({
       const lockedAt = performance.now();
       const seen: { status: number; age: number }[] = [];
       for (const path of ["/v1/ready", "/v1/health", "/v1/ready", "/v1/health", "/v1/ready"]) {
-        const r = await a.get(path);
+        const r = await a.call("GET", path);
         if (performance.now() - lockedAt >= LOCK_MS) break;
         // The list's read waits for the lock: the answer comes from the last list, in time.
         assert.ok(r.ms < 1000, `${path} took ${Math.round(r.ms)} ms under the lock`);
@@ -91,7 +66,7 @@ Deno.test({
       // The lock gone, the heartbeat and the list are fresh again.
       await waitFor(
         async () => {
-          const r = await a.get("/v1/ready");
+          const r = await a.call("GET", "/v1/ready");
           const me = r.body.nodes.find((x: { node_id: string }) => x.node_id === "node-a");
           return r.status === 200 && me && me.heartbeat_age_ms < NODE_TIMEOUT_MS;
         },

@@ -4,43 +4,11 @@
  * must still come into its memory — nobody else takes them, since this node is alive.
  */
 import assert from "node:assert/strict";
-import { SharedNode } from "./shared.ts";
-import { Runtime } from "../lib/runtime.ts";
-import { createApp } from "../routes/app.ts";
 import { TAKE_OVER } from "../sql/postgres/shared.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
+import { inProcessNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
-
-function node(url: string, nodeId: string, afterStatement?: (text: string) => void) {
-  const n: SharedNode = new SharedNode({
-    url,
-    nodeId,
-    nodeTimeoutMs: 2000,
-    sessionTimeoutMs: 3000,
-    runtime: (store, shared) =>
-      new Runtime(store, { sessionTimeoutMs: 3000, maxActiveExecutions: null, cluster: n, shared }),
-    app: (rt) => createApp(rt, { token: null, maxBodyBytes: 1 << 20, ui: false }),
-    onFatal: (message) => {
-      throw new Error(message);
-    },
-    ...(afterStatement ? { afterStatement } : {}),
-  });
-  const call = async (method: string, path: string, body?: unknown) => {
-    const res = await n.fetch(
-      new Request(`http://node${path}`, {
-        method,
-        ...(body === undefined
-          ? {}
-          : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
-      }),
-      {} as Deno.ServeHandlerInfo,
-    );
-    // deno-lint-ignore no-explicit-any
-    return { status: res.status, body: await res.json() as any };
-  };
-  return { n, call };
-}
 
 Deno.test({
   name: "shared: a takeover whose answer was lost still loads what it took (its queued task " +
@@ -49,14 +17,16 @@ Deno.test({
   sanitizeResources: false,
   fn: async () => {
     const url = await (await sharedPostgres()).createDatabase();
-    const a = node(url, "node-a");
+    const a = inProcessNode(url, "node-a");
     await a.n.open();
     await a.n.start(null);
     let lost = 0;
-    const b = node(url, "node-b", (text) => {
-      if (text === TAKE_OVER && lost++ === 0) {
-        throw new Error("write CONNECTION_CLOSED 127.0.0.1:5432");
-      }
+    const b = inProcessNode(url, "node-b", {
+      afterStatement: (text) => {
+        if (text === TAKE_OVER && lost++ === 0) {
+          throw new Error("write CONNECTION_CLOSED 127.0.0.1:5432");
+        }
+      },
     });
     try {
       assert.equal((await a.call("POST", "/v1/workflows", ORDER_WORKFLOW)).status, 201);

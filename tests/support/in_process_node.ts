@@ -1,0 +1,51 @@
+/**
+ * A shared-mode node in this process (cluster/*_test.ts), with its app reached through
+ * `SharedNode.fetch` and no listener: for tests that reach into a node's connections
+ * (`afterStatement`) or time its answers.
+ *
+ * ```ts
+ * const a = inProcessNode(url, "node-a");
+ * await a.n.open();
+ * await a.n.start(null);
+ * const r = await a.call("GET", "/v1/ready"); // { status, body, ms }
+ * ```
+ */
+import { SharedNode } from "../../cluster/shared.ts";
+import { Runtime } from "../../lib/runtime.ts";
+import { createApp } from "../../routes/app.ts";
+
+export function inProcessNode(
+  url: string,
+  nodeId: string,
+  opts: { nodeTimeoutMs?: number; afterStatement?: (text: string) => void } = {},
+) {
+  const n: SharedNode = new SharedNode({
+    url,
+    nodeId,
+    nodeTimeoutMs: opts.nodeTimeoutMs ?? 2000,
+    sessionTimeoutMs: 3000,
+    runtime: (store, shared) =>
+      new Runtime(store, { sessionTimeoutMs: 3000, maxActiveExecutions: null, cluster: n, shared }),
+    app: (rt) => createApp(rt, { token: null, maxBodyBytes: 1 << 20, ui: false }),
+    onFatal: (message) => {
+      throw new Error(message);
+    },
+    ...(opts.afterStatement ? { afterStatement: opts.afterStatement } : {}),
+  });
+  const call = async (method: string, path: string, body?: unknown) => {
+    const t0 = performance.now();
+    const res = await n.fetch(
+      new Request(`http://node${path}`, {
+        method,
+        ...(body === undefined
+          ? {}
+          : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
+      }),
+      {} as Deno.ServeHandlerInfo,
+    );
+    // deno-lint-ignore no-explicit-any
+    const json = await res.json() as any;
+    return { status: res.status, body: json, ms: performance.now() - t0 };
+  };
+  return { n, call };
+}
