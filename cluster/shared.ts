@@ -37,6 +37,7 @@ import { type Ownership, type RemoteCommands, rowOf } from "../lib/executions.ts
 import { unitOf } from "../lib/shared_changes.ts";
 import { OrbitError } from "../lib/errors.ts";
 import { log } from "../lib/log.ts";
+import { TimeoutError, withTimeout } from "../lib/with_timeout.ts";
 import type { Runtime, RuntimeOptions } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
@@ -274,24 +275,18 @@ export class SharedNode implements ClusterView, RemoteCommands {
         })
         .finally(() => this.#nodesRead = null);
     }
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const late = new Promise<"late">((resolve) => {
-      timer = setTimeout(() => resolve("late"), NODES_READ_WAIT_MS);
-    });
     try {
-      const rows = await Promise.race([this.#nodesRead, late]);
-      if (rows !== "late") return { rows, staleMs: 0 };
-      if (!this.#nodesSlow) {
+      return { rows: await withTimeout(this.#nodesRead, NODES_READ_WAIT_MS), staleMs: 0 };
+    } catch (e) {
+      if (!(e instanceof TimeoutError)) {
+        log.shared.warn("cannot read the cluster's nodes", { error: (e as Error).message });
+      } else if (!this.#nodesSlow) {
         this.#nodesSlow = true;
         log.shared.warn("cannot read the cluster's nodes in time; answering from the last list", {
           node_id: this.opts.nodeId,
           waited_ms: NODES_READ_WAIT_MS,
         });
       }
-    } catch (e) {
-      log.shared.warn("cannot read the cluster's nodes", { error: (e as Error).message });
-    } finally {
-      clearTimeout(timer);
     }
     const last = this.#nodesLast;
     return last ? { rows: last.rows, staleMs: this.now() - last.at } : { rows: [], staleMs: 0 };

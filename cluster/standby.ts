@@ -35,6 +35,7 @@ import {
   TRY_LOCK,
 } from "../sql/postgres/cluster.ts";
 import { log } from "../lib/log.ts";
+import { withTimeout } from "../lib/with_timeout.ts";
 
 export const CHECK_INTERVAL_MS = 1000;
 export const LEASE_MS = 3000;
@@ -265,14 +266,4 @@ export class Elector {
       log.cluster.error("cluster: error while stepping down", { error: (e as Error).message });
     }
   }
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout>;
-  return Promise.race([
-    p,
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
 }
