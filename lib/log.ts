@@ -57,43 +57,66 @@ export function formatJson(r: LogRecord): string {
 
 const encoder = new TextEncoder();
 
-/** Levels whose lines may wait for the end of the current burst of work. */
+/** Levels whose lines may wait a little (GATHER_MS) before they are written. */
 const BUFFERED = new Set<LogLevel>(["trace", "debug", "info"]);
 
 /**
- * Writes formatted lines to stderr. Info, debug and trace lines are gathered and written
- * together once the current burst of work is over (a 0 ms timer), so a busy server makes one
- * blocking write for many lines instead of one per line (two per execution at info level); a
- * warning or an error writes everything gathered so far and itself at once, and so do the
- * process's exit and an uncaught error.
+ * How long info, debug and trace lines are gathered before they are written. Each written
+ * batch is one blocking write on the main thread and a wake-up of whatever reads the server's
+ * output; one event-loop turn (a 0 ms timer) held the lines of about one commit, so a busy
+ * server still wrote several hundred times a second.
  */
-function stderrSink(format: (r: LogRecord) => string): Sink {
+export const GATHER_MS = 10;
+
+/**
+ * A sink that writes formatted lines through `write`. Info, debug and trace lines are gathered
+ * for up to `gatherMs` and written together, so a busy server makes one write for many lines
+ * instead of one per line (two per execution at info level); each line keeps the time it was
+ * logged. A warning or an error writes everything gathered so far and itself at once; so does
+ * the returned `flush` (the process's exit and an uncaught error call it for stderr).
+ */
+export function gatheringSink(
+  format: (r: LogRecord) => string,
+  write: (text: string) => void,
+  gatherMs = GATHER_MS,
+): { sink: Sink; flush: () => void } {
   let pending = "";
   let timer: ReturnType<typeof setTimeout> | null = null;
   const flush = () => {
     if (timer !== null) clearTimeout(timer);
     timer = null;
     if (pending === "") return;
-    const bytes = encoder.encode(pending);
+    const text = pending;
     pending = "";
-    let off = 0;
-    while (off < bytes.length) off += Deno.stderr.writeSync(bytes.subarray(off));
+    write(text);
   };
-  // The listeners only write: an uncaught error still ends the process as before.
-  for (const event of ["unload", "error", "unhandledrejection"]) {
-    globalThis.addEventListener(event, flush);
-  }
-  return (r) => {
+  const sink: Sink = (r) => {
     pending += format(r);
     if (!BUFFERED.has(r.level)) {
       flush();
     } else if (timer === null) {
-      const t = setTimeout(flush, 0);
+      const t = setTimeout(flush, gatherMs);
       // Waiting lines must not keep the process alive (the exit writes them).
       Deno.unrefTimer(t);
       timer = t;
     }
   };
+  return { sink, flush };
+}
+
+function writeStderr(text: string): void {
+  const bytes = encoder.encode(text);
+  let off = 0;
+  while (off < bytes.length) off += Deno.stderr.writeSync(bytes.subarray(off));
+}
+
+function stderrSink(format: (r: LogRecord) => string): Sink {
+  const { sink, flush } = gatheringSink(format, writeStderr);
+  // The listeners only write: an uncaught error still ends the process as before.
+  for (const event of ["unload", "error", "unhandledrejection"]) {
+    globalThis.addEventListener(event, flush);
+  }
+  return sink;
 }
 
 export function setupLogging(format: LogFormat, level: LogLevel): void {
