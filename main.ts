@@ -16,6 +16,15 @@ import { createApp } from "./routes/app.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
 import { parseWorkersFile, type WorkersFile } from "./lib/workers_file.ts";
+import { settledBy } from "./lib/with_timeout.ts";
+
+/**
+ * How long a graceful stop (SIGTERM, Ctrl+C) waits for in-flight requests and appends before it
+ * goes on without them. Shared mode: the reference page has a stopping server's executions taken
+ * over "within about a second", and the others take over only once it has left. Otherwise a
+ * stuck request only delays the exit.
+ */
+const STOP_GRACE_MS = { shared: 1_000, other: 10_000 };
 
 /** `--node-id` default: $HOSTNAME, then /etc/hostname. */
 function hostName(): string {
@@ -205,13 +214,22 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     if (stopping) return;
     stopping = true;
     log.server.info("shutting down; finishing in-flight appends", { signal });
+    // In-flight requests and appends get a bounded time (STOP_GRACE_MS): one stuck on the
+    // database, or waiting for another server's reply, must not hold the stop (in shared mode
+    // the node heartbeats until it leaves, so its executions would wait that long).
+    const grace = sharedNode ? STOP_GRACE_MS.shared : STOP_GRACE_MS.other;
+    const deadline = Date.now() + grace;
     // Release long polls and waits first, so the listener can drain quickly.
     const rt = node?.runtime ?? sharedNode?.runtime ?? single!;
     rt.workers.stop();
     rt.executions.stop();
-    await server.shutdown();
+    if (!await settledBy(server.shutdown(), deadline)) {
+      log.server.warn("requests still in flight after the grace period; stopping without them", {
+        grace_ms: grace,
+      });
+    }
     if (node) await node.stop();
-    else if (sharedNode) await sharedNode.stop();
+    else if (sharedNode) await sharedNode.stop(deadline);
     else await single!.stop();
     log.server.info("stopped");
     Deno.exit(0);

@@ -22,7 +22,7 @@
  */
 import { parseArgs } from "node:util";
 import { api, killOnExit, tempDir } from "../tests/support/server.ts";
-import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
+import { ORDER_WORKFLOW, orderInput, WAITER_WORKFLOW } from "../tests/support/orders.ts";
 import { sharedPostgres, stopSharedPostgres } from "../tests/support/pg.ts";
 import { PYTHON_WORKFLOW, startPythonWorker } from "../sdk/python/testing/process.ts";
 import { startBenchServers } from "./cluster.ts";
@@ -64,13 +64,7 @@ const WAITING = Number(values.waiting);
 if (!Number.isInteger(WAITING) || WAITING < 0) throw new Error("--waiting: a count");
 
 /** The executions that wait through the run (`--waiting`). */
-const WAITER = {
-  ir: "orbit-ir/2",
-  name: "BenchWaiter",
-  version: "1.0.0",
-  signals: { go: {} },
-  steps: [{ id: "w", wait_signal: "go" }, { id: "r", return: "{% $steps.w %}" }],
-};
+const WAITER = WAITER_WORKFLOW;
 const CLIENTS = Number(values.clients);
 
 /** A process's resident memory now (VmRSS) or at its peak (VmHWM), in MB. */
@@ -348,7 +342,7 @@ async function bench(store: "sqlite" | "postgres") {
       await Promise.all(Array.from({ length: CLIENTS }, async () => {
         while (n < WAITING) {
           const id = `waiter-${n++}`;
-          const r = await c.post("/v1/executions", { workflow: "BenchWaiter", execution_id: id });
+          const r = await c.post("/v1/executions", { workflow: WAITER.name, execution_id: id });
           if (r.status !== 201) {
             throw new Error(`start ${id}: ${r.status} ${JSON.stringify(r.body)}`);
           }

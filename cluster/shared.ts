@@ -37,7 +37,7 @@ import { type Ownership, type RemoteCommands, rowOf } from "../lib/executions.ts
 import { unitOf } from "../lib/shared_changes.ts";
 import { OrbitError } from "../lib/errors.ts";
 import { log } from "../lib/log.ts";
-import { TimeoutError, withTimeout } from "../lib/with_timeout.ts";
+import { settledBy, TimeoutError, withTimeout } from "../lib/with_timeout.ts";
 import type { Runtime, RuntimeOptions } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
@@ -54,6 +54,8 @@ const TAKEOVER_BATCH = 100;
 /** Failed takeover batches kept for #recoverTakeovers (one a tick at most). */
 const LOST_TAKEOVERS_MAX = 1000;
 const FORWARD_WAIT_MS = 10_000;
+/** A graceful leave's statement, per connection tried (SharedNode.#leave). */
+const LEAVE_WAIT_MS = 1_000;
 /**
  * How long `/v1/ready` and `/v1/health` wait for the nodes' list (see #readNodes): well inside
  * the 1 s a health check is given by default (HAProxy's `inter`, Kubernetes' probe timeout).
@@ -1184,33 +1186,53 @@ export class SharedNode implements ClusterView, RemoteCommands {
   }
 
   /**
-   * Graceful leave (SIGTERM): stop, let in-flight appends finish, then set the heartbeat to 0
-   * so that the others take the executions over at once.
+   * Graceful leave (SIGTERM): stop, let in-flight appends finish (until `deadline`, a
+   * `Date.now()` time, when given), then set the heartbeat to 0 so that the others take the
+   * executions over at once.
    */
-  async stop(): Promise<void> {
+  async stop(deadline?: number): Promise<void> {
     if (this.#stopped && !this.#tick) return;
     this.#stopped = true;
     clearInterval(this.#tick);
     clearInterval(this.#beat);
     this.#tick = undefined;
-    await this.#rt?.stop().catch(() => {});
-    if (this.#joined) {
+    const stopping = this.#rt?.stop().catch(() => {});
+    if (deadline === undefined) await stopping;
+    else if (!await settledBy(stopping ?? Promise.resolve(), deadline)) {
+      // Fencing keeps a late append from writing over a takeover: leaving now is safe.
+      log.shared.warn("shared: in-flight appends did not finish in time; leaving without them", {
+        node_id: this.opts.nodeId,
+      });
+    }
+    if (this.#joined) await this.#leave();
+    await Promise.all(
+      [this.#req, this.#hb, this.#listen].map((s) => s?.end({ timeout: 1 }).catch(() => {})),
+    );
+  }
+
+  /**
+   * Sets this node's heartbeat to 0, on the heartbeat connection, or on the requests' pool if
+   * that one does not answer within LEAVE_WAIT_MS (a connection can be stuck behind a
+   * statement PostgreSQL never received); failing both, the others take over after
+   * --node-timeout.
+   */
+  async #leave(): Promise<void> {
+    const params = [this.opts.nodeId, this.instance];
+    let error: unknown;
+    for (const role of ["hb", "req"] as const) {
       try {
-        await this.#sql("hb")(q.NODE_LEAVE, [this.opts.nodeId, this.instance]);
+        await withTimeout(this.#sql(role)(q.NODE_LEAVE, params), LEAVE_WAIT_MS);
         log.shared.info(
           "shared: left the cluster; other servers take over this server's executions",
         );
+        return;
       } catch (e) {
-        log.shared.warn(
-          "shared: cannot leave the cluster; the others take over after --node-timeout",
-          {
-            error: (e as Error).message,
-          },
-        );
+        error = e;
       }
     }
-    await Promise.all(
-      [this.#req, this.#hb, this.#listen].map((s) => s?.end({ timeout: 1 }).catch(() => {})),
+    log.shared.warn(
+      "shared: cannot leave the cluster; the others take over after --node-timeout",
+      { error: (error as Error).message },
     );
   }
 

@@ -22,3 +22,16 @@ export function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
     }),
   ]).finally(() => clearTimeout(timer));
 }
+
+/**
+ * Waits for `p` until `deadline` (a `Date.now()` time): true when it settled by then (resolved
+ * or rejected), false when the deadline came first (`p` goes on; its outcome is ignored).
+ */
+export async function settledBy(p: Promise<unknown>, deadline: number): Promise<boolean> {
+  try {
+    await withTimeout(p, Math.max(0, deadline - Date.now()));
+    return true;
+  } catch (e) {
+    return !(e instanceof TimeoutError);
+  }
+}

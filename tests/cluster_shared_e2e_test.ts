@@ -22,6 +22,7 @@ import {
   orderInput,
   retrying,
   runOrders,
+  WAITER_WORKFLOW,
   type WorkerProcess,
 } from "./support/orders.ts";
 import {
@@ -38,6 +39,7 @@ import {
   tail,
   waitForLogOnAny,
 } from "./support/shared_cluster.ts";
+import { rendezvousOwner } from "../cluster/shared.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 const ORDERS = Number(Deno.env.get("ORBIT_SHARED_ORDERS") ?? 60);
@@ -283,6 +285,104 @@ Deno.test({
       assertTakeover(survivors, "node-2", 2);
       for (const id of ids) assertChargedOnce(id, await history(survivors[0]!.url, id));
     }),
+});
+
+Deno.test({
+  ...T,
+  name: "SharedCluster.test_b2_a_graceful_leave_does_not_wait_for_a_request_stuck_elsewhere",
+  fn: () =>
+    withCluster(async (c) => {
+      // node-2 stops while one of its requests waits for node-3 (paused, but within a node
+      // timeout of 12 s: not taken over), the owner of the execution it forwarded a signal to.
+      // node-2 leaves after the 1-s grace, not after the forward's 10 s, and its executions
+      // are taken over then.
+      c.startWorker({ ORDER_CHARGE_DELAY_MS: String(CHARGE_MS) });
+      await deployOrders(c);
+      const d = await retrying(() => c.lb.post("/v1/workflows", WAITER_WORKFLOW));
+      assert.ok(d.status === 201 || d.status === 200, JSON.stringify(d.body));
+      const [survivor, victim, owner] = ["node-1", "node-2", "node-3"].map((n) => c.node(n));
+      const waiter = "sh-B2-wait";
+      await waitFor(
+        async () =>
+          (await api(owner!.url).post("/v1/executions", {
+            workflow: "Waiter",
+            execution_id: waiter,
+          }))
+            .status === 201,
+        "the waiter started on node-3",
+        10_000,
+        100,
+      );
+      // An order that node-1 takes over (rendezvous hashing over the live nodes: node-3
+      // still counts as live while paused).
+      let n = 0;
+      while (rendezvousOwner(`sh-B2-${n}`, ["node-1", "node-3"]) !== "node-1") n++;
+      const order = `sh-B2-${n}`;
+      await startOrder(victim!.url, order);
+      await waitDispatched(survivor!.url, [order]);
+
+      driver("SIGSTOP node-3; a signal through node-2");
+      owner!.pause();
+      const signal = fetch(`${victim!.url}/v1/executions/${waiter}/signals/go`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ payload: { n: 1 } }),
+      }).then((r) => r.body?.cancel(), () => {});
+      const signalsForwarded = async () => {
+        const text = String((await victim!.api().get("/v1/metrics")).body);
+        return Number(
+          /^orbit_commands_forwarded_total\{kind="signal"\} (\d+)$/m.exec(text)?.[1] ?? 0,
+        );
+      };
+      await waitFor(
+        async () => (await signalsForwarded()) >= 1,
+        "the signal forwarded",
+        10_000,
+        20,
+      );
+
+      driver("SIGTERM node-2");
+      const termAt = Date.now();
+      const status = await victim!.stop();
+      const exitMs = Date.now() - termAt;
+      await signal;
+      assert.equal(status.code, 0, `graceful stop\n${tail(victim!)}`);
+      console.log(`node-2 exited ${exitMs} ms after SIGTERM`);
+      assert.ok(exitMs < 5_000, `node-2 took ${exitMs} ms to stop\n${tail(victim!)}`);
+      for (
+        const line of [
+          "WARN orbit_runtime::server: requests still in flight after the grace period; stopping without them grace_ms=1000",
+          "INFO orbit_runtime::shared: shared: left the cluster; other servers take over this server's executions",
+        ]
+      ) {
+        assert.ok(victim!.logs.some((l) => l.endsWith(line)), `${line}\n${tail(victim!)}`);
+      }
+      // Before, node-2 heartbeated on until the forward gave up, 10 s after it was sent.
+      const t = await waitForLogOnAny(
+        [survivor!],
+        tookOwnershipRe("node-2"),
+        Math.max(0, 6_000 - (Date.now() - termAt)),
+      );
+      console.log(`taken over ${t.at - termAt} ms after the SIGTERM`);
+
+      driver("SIGCONT node-3");
+      owner!.resume();
+      assert.equal((await waitDone(c, order)).status, "completed");
+      assertChargedOnce(order, await history(survivor!.url, order));
+      // The forwarded signal was applied once or not at all: sending it again leaves exactly one.
+      await waitFor(
+        async () => {
+          const r = await c.lb.post(`/v1/executions/${waiter}/signals/go`, { payload: { n: 2 } });
+          return r.status === 200 || r.body?.error?.code === "EXECUTION_FINISHED";
+        },
+        "the signal to be accepted or the waiter finished",
+        30_000,
+        200,
+      );
+      assert.equal((await waitDone(c, waiter)).status, "completed");
+      const events = await history(survivor!.url, waiter);
+      assert.equal(events.filter((e: Event) => e.type === "SignalReceived").length, 1);
+    }, { nodeTimeoutS: 12 }),
 });
 
 Deno.test({

@@ -12,6 +12,15 @@ export const ORDER_WORKFLOW = JSON.parse(
 );
 export const ORDER_STEPS = ["validate", "reserve", "charge", "ship", "confirm", "loyalty"];
 
+/** A workflow that waits for one signal (`go`) and returns its payload. */
+export const WAITER_WORKFLOW = {
+  ir: "orbit-ir/2",
+  name: "Waiter",
+  version: "1.0.0",
+  signals: { go: {} },
+  steps: [{ id: "w", wait_signal: "go" }, { id: "r", return: "{% $steps.w %}" }],
+};
+
 export interface WorkerProcess {
   pid: number;
   lines: string[];
