@@ -131,6 +131,18 @@ function score(node: string, root: string): number {
   return h >>> 0;
 }
 
+/**
+ * How long a statement of the heartbeat connection or of the requests' pool (claims, forwards,
+ * sessions: each takes milliseconds, none waits on a lock for long) may go without an answer
+ * before that connection or pool is replaced: twice the node timeout, 5 s at least. With the
+ * store's 30 s, one claim sent on a connection PostgreSQL never answered (a drop during the
+ * chaos suite's database faults) held its worker's poll, and the statements queued behind it on
+ * that connection, for 34 s.
+ */
+export function stuckStatementMs(nodeTimeoutMs: number): number {
+  return Math.max(5_000, 2 * nodeTimeoutMs);
+}
+
 export function rendezvousOwner(root: string, nodes: readonly string[]): string | null {
   let best: string | null = null;
   let bestScore = -1;
@@ -255,7 +267,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /**
    * The nodes' list for `/v1/ready` and `/v1/health`, which must answer whatever the request
    * connections do: a load balancer's check times out long before a wedged statement fails
-   * (WatchedClient gives up after 30 s), and a server whose heartbeat is written is ready
+   * (stuckStatementMs: 6 s at the page's node timeout), and a server whose heartbeat is written is ready
    * whether or not this list can be read. One read at a time (checks that arrive meanwhile
    * share it), awaited up to NODES_READ_WAIT_MS; past that, or when it fails, the last list
    * read answers, its ages advanced by the time since it was read (`staleMs`), or none.
@@ -329,8 +341,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
         for (const execId of closed) this.#wakeDone(execId);
       },
     });
-    // Claims, forwards, sessions: a statement without an answer fails after 30 s and the pool
-    // is replaced (lib/store/watched_client.ts).
+    // Claims, forwards, sessions: a statement without an answer fails after stuckStatementMs
+    // and the pool is replaced (lib/store/watched_client.ts).
     this.#req = new WatchedClient(
       () =>
         postgresClient(this.opts.url, {
@@ -338,7 +350,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
           applicationName: `orbit-requests:${id}`,
           settings: q.SHARED_CONNECTION_SETTINGS,
         }),
-      { what: "the requests'" },
+      { what: "the requests'", stuckMs: stuckStatementMs(this.opts.nodeTimeoutMs) },
     );
     this.#hb = postgresClient(this.opts.url, {
       max: 1,
@@ -606,7 +618,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   async #onBeat(): Promise<void> {
     if (this.#stopped) return;
     if (this.#beatStarted !== null) {
-      if (this.now() - this.#beatStarted < Math.max(5000, 2 * this.opts.nodeTimeoutMs)) return;
+      if (this.now() - this.#beatStarted < stuckStatementMs(this.opts.nodeTimeoutMs)) return;
       log.shared.warn("shared: the heartbeat connection is stuck; reconnecting", {
         node_id: this.opts.nodeId,
       });

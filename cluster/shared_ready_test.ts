@@ -7,9 +7,8 @@
  * with the heartbeat's age growing; once the lock goes, a fresh list again.
  */
 import assert from "node:assert/strict";
-import postgres from "postgres";
 import { sharedPostgres } from "../tests/support/pg.ts";
-import { inProcessNode } from "../tests/support/in_process_node.ts";
+import { inProcessNode, lockTable } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 
 const NODE_TIMEOUT_MS = 2000;
@@ -23,7 +22,6 @@ Deno.test({
   fn: async () => {
     const url = await (await sharedPostgres()).createDatabase();
     const a = inProcessNode(url, "node-a", { nodeTimeoutMs: NODE_TIMEOUT_MS });
-    const locker = postgres(url, { max: 1, onnotice: () => {} });
     await a.n.open();
     await a.n.start(null);
     try {
@@ -31,14 +29,7 @@ Deno.test({
       assert.equal(before.status, 200, JSON.stringify(before.body));
       assert.deepEqual(before.body.nodes.map((x: { node_id: string }) => x.node_id), ["node-a"]);
 
-      let locked!: () => void;
-      const isLocked = new Promise<void>((r) => locked = r);
-      const held = locker.begin(async (tx) => {
-        await tx.unsafe("LOCK TABLE orbit_nodes IN ACCESS EXCLUSIVE MODE");
-        locked();
-        await tx.unsafe(`SELECT pg_sleep(${LOCK_MS / 1000})`);
-      });
-      await isLocked;
+      const lock = await lockTable(url, "orbit_nodes", LOCK_MS);
       const lockedAt = performance.now();
       const seen: { status: number; age: number }[] = [];
       for (const path of ["/v1/ready", "/v1/health", "/v1/ready", "/v1/health", "/v1/ready"]) {
@@ -62,7 +53,7 @@ Deno.test({
         seen.at(-1)!.age > seen[0]!.age,
         `heartbeat ages under the lock: ${JSON.stringify(seen)}`,
       );
-      await held;
+      await lock.released;
       // The lock gone, the heartbeat and the list are fresh again.
       await waitFor(
         async () => {
@@ -75,7 +66,6 @@ Deno.test({
         100,
       );
     } finally {
-      await locker.end({ timeout: 1 });
       await a.n.stop();
     }
   },

@@ -1,0 +1,58 @@
+/**
+ * A statement of a shared node's requests' pool (claims, forwards, sessions) that gets no answer
+ * fails after stuckStatementMs (twice the node timeout, 5 s at least), not after the store's
+ * 30 s, and the pool goes on on new connections. Here `orbit_sessions` is locked by another
+ * session for longer than that, so a worker's registration waits (in process, on a real
+ * PostgreSQL).
+ */
+import assert from "node:assert/strict";
+import { sharedPostgres } from "../tests/support/pg.ts";
+import { inProcessNode, lockTable } from "../tests/support/in_process_node.ts";
+import { stuckStatementMs } from "./shared.ts";
+
+const NODE_TIMEOUT_MS = 2000;
+const LOCK_MS = 15_000;
+
+Deno.test("shared: the requests' pool limit is the heartbeat's, twice the node timeout", () => {
+  assert.equal(stuckStatementMs(2000), 5000);
+  assert.equal(stuckStatementMs(3000), 6000);
+  assert.equal(stuckStatementMs(10_000), 20_000);
+});
+
+Deno.test({
+  name: "shared: a requests' statement without an answer fails after twice the node timeout, " +
+    "and the pool works again",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const url = await (await sharedPostgres()).createDatabase();
+    const a = inProcessNode(url, "node-a", { nodeTimeoutMs: NODE_TIMEOUT_MS });
+    await a.n.open();
+    await a.n.start(null);
+    const register = () =>
+      a.call("POST", "/v1/workers/register", {
+        worker_id: "w-1",
+        tasks: [{ name: "orders.validate", contract: "1" }],
+        concurrency: 1,
+      });
+    try {
+      const lock = await lockTable(url, "orbit_sessions", LOCK_MS);
+      const r = await register();
+      assert.equal(r.status, 500, JSON.stringify(r.body));
+      assert.equal(r.body.error.code, "STORAGE_ERROR");
+      assert.match(r.body.error.message, /no answer from PostgreSQL within 5 s/);
+      const limit = stuckStatementMs(NODE_TIMEOUT_MS);
+      // WatchedClient looks every limit / 3: failed between the limit and that much later.
+      assert.ok(
+        r.ms >= limit - 50 && r.ms < limit + limit / 3 + 2000,
+        `failed after ${Math.round(r.ms)} ms (the lock held ${LOCK_MS} ms)`,
+      );
+      await lock.released;
+      // New connections: a registration goes through once the lock is gone.
+      const again = await register();
+      assert.equal(again.status, 200, JSON.stringify(again.body));
+    } finally {
+      await a.n.stop();
+    }
+  },
+});
