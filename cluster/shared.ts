@@ -132,15 +132,16 @@ function score(node: string, root: string): number {
 }
 
 /**
- * How long a statement of the heartbeat connection or of the requests' pool (claims, forwards,
- * sessions: each takes milliseconds, none waits on a lock for long) may go without an answer
- * before that connection or pool is replaced: twice the node timeout, 5 s at least. With the
- * store's 30 s, one claim sent on a connection PostgreSQL never answered (a drop during the
- * chaos suite's database faults) held its worker's poll, and the statements queued behind it on
- * that connection, for 34 s.
+ * How long a statement of the requests' pool (claims, forwards, sessions: milliseconds each when
+ * the database answers) may go without an answer before the pool is replaced: three node
+ * timeouts, 10 s at least. With the store's 30 s, one claim sent on a connection PostgreSQL
+ * never answered (a drop during the chaos suite's database faults) held its worker's poll, and
+ * the statements queued behind it on that connection, for 34 s; at twice the node timeout (6 s)
+ * a database link delaying every packet by a quarter of a second (the chaos suite's db-delay)
+ * replaced pools whose statements were only slow.
  */
-export function stuckStatementMs(nodeTimeoutMs: number): number {
-  return Math.max(5_000, 2 * nodeTimeoutMs);
+export function requestsStuckMs(nodeTimeoutMs: number): number {
+  return Math.max(10_000, 3 * nodeTimeoutMs);
 }
 
 export function rendezvousOwner(root: string, nodes: readonly string[]): string | null {
@@ -267,7 +268,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /**
    * The nodes' list for `/v1/ready` and `/v1/health`, which must answer whatever the request
    * connections do: a load balancer's check times out long before a wedged statement fails
-   * (stuckStatementMs: 6 s at the page's node timeout), and a server whose heartbeat is written is ready
+   * (requestsStuckMs: 10 s at the page's node timeout), and a server whose heartbeat is written is ready
    * whether or not this list can be read. One read at a time (checks that arrive meanwhile
    * share it), awaited up to NODES_READ_WAIT_MS; past that, or when it fails, the last list
    * read answers, its ages advanced by the time since it was read (`staleMs`), or none.
@@ -341,7 +342,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         for (const execId of closed) this.#wakeDone(execId);
       },
     });
-    // Claims, forwards, sessions: a statement without an answer fails after stuckStatementMs
+    // Claims, forwards, sessions: a statement without an answer fails after requestsStuckMs
     // and the pool is replaced (lib/store/watched_client.ts).
     this.#req = new WatchedClient(
       () =>
@@ -350,7 +351,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
           applicationName: `orbit-requests:${id}`,
           settings: q.SHARED_CONNECTION_SETTINGS,
         }),
-      { what: "the requests'", stuckMs: stuckStatementMs(this.opts.nodeTimeoutMs) },
+      { what: "the requests'", stuckMs: requestsStuckMs(this.opts.nodeTimeoutMs) },
     );
     this.#hb = postgresClient(this.opts.url, {
       max: 1,
@@ -618,7 +619,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   async #onBeat(): Promise<void> {
     if (this.#stopped) return;
     if (this.#beatStarted !== null) {
-      if (this.now() - this.#beatStarted < stuckStatementMs(this.opts.nodeTimeoutMs)) return;
+      if (this.now() - this.#beatStarted < Math.max(5000, 2 * this.opts.nodeTimeoutMs)) return;
       log.shared.warn("shared: the heartbeat connection is stuck; reconnecting", {
         node_id: this.opts.nodeId,
       });
