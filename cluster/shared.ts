@@ -268,10 +268,11 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /**
    * The nodes' list for `/v1/ready` and `/v1/health`, which must answer whatever the request
    * connections do: a load balancer's check times out long before a wedged statement fails
-   * (requestsStuckMs: 10 s at the page's node timeout), and a server whose heartbeat is written is ready
-   * whether or not this list can be read. One read at a time (checks that arrive meanwhile
-   * share it), awaited up to NODES_READ_WAIT_MS; past that, or when it fails, the last list
-   * read answers, its ages advanced by the time since it was read (`staleMs`), or none.
+   * (requestsStuckMs: 10 s at the page's node timeout), and a server whose heartbeat is
+   * written is ready whether or not this list can be read. One read at a time (checks that
+   * arrive meanwhile share it), awaited up to NODES_READ_WAIT_MS; past that, or when it fails,
+   * the last list read answers, its ages advanced by the time since it was read (`staleMs`), or
+   * none.
    */
   async #readNodes(): Promise<{ rows: NodeRow[]; staleMs: number }> {
     if (!this.#nodesRead) {

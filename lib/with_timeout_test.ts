@@ -3,13 +3,13 @@ import { settledBy, TimeoutError, withTimeout } from "./with_timeout.ts";
 
 const later = <T>(ms: number, v: T) => new Promise<T>((r) => setTimeout(() => r(v), ms));
 
-Deno.test("withTimeout: the answer in time, a TimeoutError past the limit, the error of p", async () => {
+Deno.test("withTimeout: the answer in time, a TimeoutError past it, p's own error", async () => {
   assert.equal(await withTimeout(later(5, "a"), 1000), "a");
   await assert.rejects(withTimeout(later(1000, "b"), 10), TimeoutError);
   await assert.rejects(withTimeout(Promise.reject(new Error("db down")), 1000), /db down/);
 });
 
-Deno.test("settledBy: true once p settles (either way) by the deadline, false after it", async () => {
+Deno.test("settledBy: true when p settles (either way) by the deadline, else false", async () => {
   assert.equal(await settledBy(later(5, 1), Date.now() + 1000), true);
   assert.equal(await settledBy(Promise.reject(new Error("failed")), Date.now() + 1000), true);
   const started = performance.now();
