@@ -63,8 +63,6 @@ if (!Number.isInteger(WARMUP) || WARMUP < 0) throw new Error("--warmup: a count 
 const WAITING = Number(values.waiting);
 if (!Number.isInteger(WAITING) || WAITING < 0) throw new Error("--waiting: a count");
 
-/** The executions that wait through the run (`--waiting`). */
-const WAITER = WAITER_WORKFLOW;
 const CLIENTS = Number(values.clients);
 
 /** A process's resident memory now (VmRSS) or at its peak (VmHWM), in MB. */
@@ -336,13 +334,16 @@ async function bench(store: "sqlite" | "postgres") {
     });
     await c.get("/v1/executions/warmup/wait?timeout_s=60");
     if (WAITING > 0) {
-      await c.post("/v1/workflows", WAITER);
+      await c.post("/v1/workflows", WAITER_WORKFLOW);
       let n = 0;
       const t0 = performance.now();
       await Promise.all(Array.from({ length: CLIENTS }, async () => {
         while (n < WAITING) {
           const id = `waiter-${n++}`;
-          const r = await c.post("/v1/executions", { workflow: WAITER.name, execution_id: id });
+          const r = await c.post("/v1/executions", {
+            workflow: WAITER_WORKFLOW.name,
+            execution_id: id,
+          });
           if (r.status !== 201) {
             throw new Error(`start ${id}: ${r.status} ${JSON.stringify(r.body)}`);
           }

@@ -7,8 +7,8 @@
  * with the heartbeat's age growing; once the lock goes, a fresh list again.
  */
 import assert from "node:assert/strict";
-import { sharedPostgres } from "../tests/support/pg.ts";
-import { inProcessNode, lockTable } from "../tests/support/in_process_node.ts";
+import { lockTable, sharedPostgres } from "../tests/support/pg.ts";
+import { startedNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 
 const NODE_TIMEOUT_MS = 2000;
@@ -21,9 +21,7 @@ Deno.test({
   sanitizeResources: false,
   fn: async () => {
     const url = await (await sharedPostgres()).createDatabase();
-    const a = inProcessNode(url, "node-a", { nodeTimeoutMs: NODE_TIMEOUT_MS });
-    await a.n.open();
-    await a.n.start(null);
+    const a = await startedNode(url, "node-a", { nodeTimeoutMs: NODE_TIMEOUT_MS });
     try {
       const before = await a.call("GET", "/v1/ready");
       assert.equal(before.status, 200, JSON.stringify(before.body));

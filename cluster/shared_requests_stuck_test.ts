@@ -6,8 +6,8 @@
  * PostgreSQL).
  */
 import assert from "node:assert/strict";
-import { sharedPostgres } from "../tests/support/pg.ts";
-import { inProcessNode, lockTable } from "../tests/support/in_process_node.ts";
+import { lockTable, sharedPostgres } from "../tests/support/pg.ts";
+import { startedNode } from "../tests/support/in_process_node.ts";
 import { requestsStuckMs } from "./shared.ts";
 
 const NODE_TIMEOUT_MS = 2000;
@@ -26,9 +26,7 @@ Deno.test({
   sanitizeResources: false,
   fn: async () => {
     const url = await (await sharedPostgres()).createDatabase();
-    const a = inProcessNode(url, "node-a", { nodeTimeoutMs: NODE_TIMEOUT_MS });
-    await a.n.open();
-    await a.n.start(null);
+    const a = await startedNode(url, "node-a", { nodeTimeoutMs: NODE_TIMEOUT_MS });
     const register = () =>
       a.call("POST", "/v1/workers/register", {
         worker_id: "w-1",

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { TAKE_OVER } from "../sql/postgres/shared.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
-import { inProcessNode } from "../tests/support/in_process_node.ts";
+import { inProcessNode, startedNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 
 Deno.test({
@@ -17,9 +17,7 @@ Deno.test({
   sanitizeResources: false,
   fn: async () => {
     const url = await (await sharedPostgres()).createDatabase();
-    const a = inProcessNode(url, "node-a");
-    await a.n.open();
-    await a.n.start(null);
+    const a = await startedNode(url, "node-a");
     let lost = 0;
     const b = inProcessNode(url, "node-b", {
       afterStatement: (text) => {

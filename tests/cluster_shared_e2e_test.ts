@@ -78,27 +78,35 @@ async function deployOrders(c: SharedCluster): Promise<void> {
 }
 
 /**
- * Starts an order through `base` (a node's own address makes that node its owner). A server
+ * Starts an execution through `base` (a node's own address makes that node its owner). A server
  * that has not yet reloaded the definition deployed through another one (NOTIFY orbit_defs)
  * may answer 404 UNKNOWN_WORKFLOW for a moment; that alone is retried, for 10 s.
  */
-async function startOrder(base: string, id: string): Promise<void> {
+async function startExecution(
+  base: string,
+  body: { workflow: string; execution_id: string; input?: unknown },
+): Promise<void> {
   const end = Date.now() + 10_000;
   for (;;) {
-    const r = await retrying(() =>
-      api(base).post("/v1/executions", {
-        workflow: "OrderProcessing",
-        execution_id: id,
-        input: orderInput(id),
-      })
-    );
+    const r = await retrying(() => api(base).post("/v1/executions", body));
     if (r.status === 201 || r.status === 200) return;
     if (r.status === 404 && r.body?.error?.code === "UNKNOWN_WORKFLOW" && Date.now() < end) {
       await new Promise((r) => setTimeout(r, 100));
       continue;
     }
-    assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
+    assert.fail(
+      `start ${body.execution_id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`,
+    );
   }
+}
+
+/** Starts an order through `base` (startExecution). */
+function startOrder(base: string, id: string): Promise<void> {
+  return startExecution(base, {
+    workflow: "OrderProcessing",
+    execution_id: id,
+    input: orderInput(id),
+  });
 }
 
 /** Waits (through the proxy, across failures) until the execution is no longer running. */
@@ -302,17 +310,7 @@ Deno.test({
       assert.ok(d.status === 201 || d.status === 200, JSON.stringify(d.body));
       const [survivor, victim, owner] = ["node-1", "node-2", "node-3"].map((n) => c.node(n));
       const waiter = "sh-B2-wait";
-      await waitFor(
-        async () =>
-          (await api(owner!.url).post("/v1/executions", {
-            workflow: "Waiter",
-            execution_id: waiter,
-          }))
-            .status === 201,
-        "the waiter started on node-3",
-        10_000,
-        100,
-      );
+      await startExecution(owner!.url, { workflow: WAITER_WORKFLOW.name, execution_id: waiter });
       // An order that node-1 takes over (rendezvous hashing over the live nodes: node-3
       // still counts as live while paused).
       let n = 0;
@@ -328,14 +326,9 @@ Deno.test({
         headers: { "content-type": "application/json" },
         body: JSON.stringify({ payload: { n: 1 } }),
       }).then((r) => r.body?.cancel(), () => {});
-      const signalsForwarded = async () => {
-        const text = String((await victim!.api().get("/v1/metrics")).body);
-        return Number(
-          /^orbit_commands_forwarded_total\{kind="signal"\} (\d+)$/m.exec(text)?.[1] ?? 0,
-        );
-      };
       await waitFor(
-        async () => (await signalsForwarded()) >= 1,
+        async () =>
+          (await victim!.metric("orbit_commands_forwarded_total", '{kind="signal"}')) >= 1,
         "the signal forwarded",
         10_000,
         20,

@@ -10,7 +10,6 @@
  * const r = await a.call("GET", "/v1/ready"); // { status, body, ms }
  * ```
  */
-import postgres from "postgres";
 import { SharedNode } from "../../cluster/shared.ts";
 import { Runtime } from "../../lib/runtime.ts";
 import { createApp } from "../../routes/app.ts";
@@ -51,24 +50,14 @@ export function inProcessNode(
   return { n, call };
 }
 
-/**
- * Locks `table` (ACCESS EXCLUSIVE) from a session of its own for `ms`: resolves once the lock
- * is held, with `released`, which resolves when it is gone and the session closed.
- */
-export async function lockTable(
+/** An in-process node, opened and started (it serves once this resolves). */
+export async function startedNode(
   url: string,
-  table: string,
-  ms: number,
-): Promise<{ released: Promise<void> }> {
-  const sql = postgres(url, { max: 1, onnotice: () => {} });
-  let locked!: () => void;
-  const isLocked = new Promise<void>((r) => locked = r);
-  const held = sql.begin(async (tx) => {
-    await tx.unsafe(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`);
-    locked();
-    await tx.unsafe(`SELECT pg_sleep(${ms / 1000})`);
-  });
-  const released = held.then(() => {}).finally(() => sql.end({ timeout: 1 }));
-  await Promise.race([isLocked, released]);
-  return { released };
+  nodeId: string,
+  opts: Parameters<typeof inProcessNode>[2] = {},
+): Promise<ReturnType<typeof inProcessNode>> {
+  const node = inProcessNode(url, nodeId, opts);
+  await node.n.open();
+  await node.n.start(null);
+  return node;
 }

@@ -12,7 +12,10 @@ export const ORDER_WORKFLOW = JSON.parse(
 );
 export const ORDER_STEPS = ["validate", "reserve", "charge", "ship", "confirm", "loyalty"];
 
-/** A workflow that waits for one signal (`go`) and returns its payload. */
+/**
+ * A workflow that waits for one signal (`go`) and returns its payload (the bench's executions
+ * that wait through a run, `--waiting`).
+ */
 export const WAITER_WORKFLOW = {
   ir: "orbit-ir/2",
   name: "Waiter",

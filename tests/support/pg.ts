@@ -389,3 +389,25 @@ export async function stopSharedPostgres(): Promise<void> {
   sharedServer = null;
   if (s) await (await s.catch(() => null))?.stop();
 }
+
+/**
+ * Locks `table` (ACCESS EXCLUSIVE) from a session of its own for `ms`: resolves once the lock
+ * is held, with `released`, which resolves when it is gone and the session closed.
+ */
+export async function lockTable(
+  url: string,
+  table: string,
+  ms: number,
+): Promise<{ released: Promise<void> }> {
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  let locked!: () => void;
+  const isLocked = new Promise<void>((r) => locked = r);
+  const held = sql.begin(async (tx) => {
+    await tx.unsafe(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`);
+    locked();
+    await tx.unsafe(`SELECT pg_sleep(${ms / 1000})`);
+  });
+  const released = held.then(() => {}).finally(() => sql.end({ timeout: 1 }));
+  await Promise.race([isLocked, released]);
+  return { released };
+}

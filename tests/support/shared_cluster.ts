@@ -171,10 +171,13 @@ export class SharedNode {
     }
     return r.body as SharedHealth;
   }
-  /** The sum of a counter's samples in /v1/metrics (0 when absent). */
-  async metric(name: string): Promise<number> {
+  /**
+   * The sum of a counter's samples in /v1/metrics (0 when absent); with `labels` (as printed,
+   * `{kind="signal"}`), that sample's only.
+   */
+  async metric(name: string, labels?: string): Promise<number> {
     const text = (await this.api().get("/v1/metrics")).body;
-    return metricValue(String(text), name);
+    return metricValue(String(text), name, labels);
   }
   /** SIGKILL; resolves when the process is gone. */
   async kill(): Promise<Deno.CommandStatus> {
@@ -233,10 +236,12 @@ export class SharedNode {
   }
 }
 
-export function metricValue(text: string, name: string): number {
+export function metricValue(text: string, name: string, labels?: string): number {
   let sum = 0;
   const re = new RegExp(`^${name}(\\{[^}]*\\})?\\s+(\\S+)$`, "gm");
-  for (const m of text.matchAll(re)) sum += Number(m[2]);
+  for (const m of text.matchAll(re)) {
+    if (labels === undefined || m[1] === labels) sum += Number(m[2]);
+  }
   return sum;
 }
 
