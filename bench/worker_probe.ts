@@ -1,15 +1,16 @@
 /**
  * The OrderProcessing example worker with its cycle measured: the time from a worker's result
  * (the start of its `complete`/`fail` request) to the next task that reaches the slot it freed
- * (in that request's answer with eager dispatch, or in a later poll's). It wraps the global
- * `fetch` the SDK uses, then runs `examples/order-processing/worker.ts` unchanged (same flags
+ * (in that request's answer with eager dispatch, or in a later poll's). It wraps the SDK's
+ * `Transport.request`, then runs `examples/order-processing/worker.ts` unchanged (same flags
  * and environment).
  *
  * SIGUSR1 prints one JSON line `{"cycle":{"n","p50_ms","p99_ms"}}` on stdout for the samples
  * since the previous SIGUSR1 and starts a new period, so `bench/throughput.ts` can leave the
- * warm-up out. The probe reads no body twice: it counts the tasks of an answer by its
- * `"token":` members (the order workload carries no such string in its data).
+ * warm-up out. The probe counts the tasks of an answer in its parsed `tasks`.
  */
+import { type RequestOptions, Transport } from "../sdk/typescript/http.ts";
+
 const RESULT_PATHS = new Set(["/v1/tasks/complete", "/v1/tasks/fail"]);
 const POLL_PATH = "/v1/workers/poll";
 
@@ -17,23 +18,30 @@ const POLL_PATH = "/v1/workers/poll";
 const freed: number[] = [];
 let samples: number[] = [];
 
-function tasksIn(text: string): number {
-  let n = 0;
-  for (let i = text.indexOf('"token":'); i >= 0; i = text.indexOf('"token":', i + 8)) n++;
-  return n;
-}
-
-const realFetch = globalThis.fetch;
-globalThis.fetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
-  const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
-  const path = new URL(url).pathname;
+// Every request of the worker goes through Transport.request (whether `fetch` or a slot's
+// own HTTP/1.1 connection carries it).
+const realRequest = Transport.prototype.request;
+Transport.prototype.request = async function <T>(
+  this: Transport,
+  method: string,
+  path: string,
+  options?: RequestOptions,
+): Promise<T> {
   const isResult = RESULT_PATHS.has(path);
-  if (!isResult && path !== POLL_PATH) return await realFetch(input, init);
+  if (!isResult && path !== POLL_PATH) {
+    return await realRequest.call(this, method, path, options) as T;
+  }
   const t0 = performance.now();
-  const res = await realFetch(input, init);
-  const text = await res.text();
+  let answer: unknown;
+  try {
+    answer = await realRequest.call(this, method, path, options);
+  } catch (err) {
+    if (isResult) freed.push(t0);
+    throw err;
+  }
   const now = performance.now();
-  let n = res.ok ? tasksIn(text) : 0;
+  const tasks = (answer as { tasks?: unknown[] } | null)?.tasks;
+  let n = Array.isArray(tasks) ? tasks.length : 0;
   if (isResult) {
     if (n > 0) {
       samples.push(now - t0);
@@ -43,11 +51,7 @@ globalThis.fetch = async (input: RequestInfo | URL, init?: RequestInit): Promise
     }
   }
   for (; n > 0 && freed.length > 0; n--) samples.push(now - freed.shift()!);
-  return new Response(text, {
-    status: res.status,
-    statusText: res.statusText,
-    headers: res.headers,
-  });
+  return answer as T;
 };
 
 function pct(sorted: number[], p: number): number {

@@ -2,7 +2,8 @@
  * The HTTP transport shared by the worker and the client: JSON requests with a bearer token,
  * `{"error": {...}}` answers turned into {@link OrbitApiError}, network failures into
  * {@link OrbitConnectionError}. Uses only `fetch`, `AbortController` and `setTimeout`, so it
- * runs on Deno, Node 20 and browsers.
+ * runs on Deno, Node 20 and browsers; the worker's slots on Deno send theirs through
+ * `http1.ts` instead.
  *
  * @module
  */
@@ -19,6 +20,25 @@ export interface RequestOptions {
   timeoutMs?: number;
 }
 
+/** One request as {@link Exchange} sends it. */
+export interface HttpRequest {
+  method: string;
+  url: string;
+  headers: Record<string, string>;
+  body?: string;
+  signal: AbortSignal;
+}
+
+/** The answer to an {@link HttpRequest}: its status and its whole body as text. */
+export interface HttpAnswer {
+  status: number;
+  statusText: string;
+  text: string;
+}
+
+/** Sends one request and reads its whole answer; rejects on network failures and aborts. */
+export type Exchange = (request: HttpRequest) => Promise<HttpAnswer>;
+
 /** Connection settings shared by {@link Transport} users. */
 export interface ConnectionOptions {
   /** Base URL of the ORBIT runtime, e.g. `http://127.0.0.1:7233`. */
@@ -29,17 +49,26 @@ export interface ConnectionOptions {
   fetch?: typeof fetch;
 }
 
+/** {@link Exchange} through `fetch`. */
+export function fetchExchange(f: typeof fetch = (input, init) => fetch(input, init)): Exchange {
+  return async ({ method, url, headers, body, signal }) => {
+    const res = await f(url, { method, headers, body, signal });
+    return { status: res.status, statusText: res.statusText, text: await res.text() };
+  };
+}
+
 /** JSON over HTTP to one ORBIT runtime. */
 export class Transport {
   readonly server: string;
   readonly #token: string | undefined;
-  readonly #fetch: typeof fetch;
+  readonly #exchange: Exchange;
 
-  constructor(options: ConnectionOptions) {
+  /** `exchange`: how requests go out (default: through `options.fetch`, or the global `fetch`). */
+  constructor(options: ConnectionOptions, exchange?: Exchange) {
     if (!options.server) throw new TypeError("ORBIT: `server` (the runtime's URL) is required");
     this.server = options.server.replace(/\/+$/, "");
     this.#token = options.token;
-    this.#fetch = options.fetch ?? ((input, init) => fetch(input, init));
+    this.#exchange = exchange ?? fetchExchange(options.fetch);
   }
 
   /** Sends one request and answers its parsed JSON body (`null` for an empty one). */
@@ -81,20 +110,14 @@ export class Transport {
     };
 
     try {
-      let res: Response;
+      let res: HttpAnswer;
       try {
-        res = await this.#fetch(url, { method, headers, body, signal: controller.signal });
+        res = await this.#exchange({ method, url, headers, body, signal: controller.signal });
       } catch (err) {
         return fail(err);
       }
-      let text: string;
-      try {
-        text = await res.text();
-      } catch (err) {
-        return fail(err);
-      }
-      const { data, parsed } = parseBody(text);
-      if (!res.ok) throw apiError(res, data, parsed, method, path);
+      const { data, parsed } = parseBody(res.text);
+      if (res.status < 200 || res.status > 299) throw apiError(res, data, parsed, method, path);
       if (!parsed) {
         throw new OrbitApiError({
           status: res.status,
@@ -122,7 +145,7 @@ export class Transport {
 }
 
 function apiError(
-  res: Response,
+  res: HttpAnswer,
   data: unknown,
   parsed: boolean,
   method: string,

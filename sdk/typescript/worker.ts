@@ -5,7 +5,8 @@
  * session is registered again).
  *
  * Uses only `fetch`, `AbortController`, `setTimeout` and `crypto.randomUUID`: it runs on
- * Deno and Node 20 alike.
+ * Deno and Node 20 alike. On Deno its slots send their polls and results as plain HTTP/1.1 over
+ * `Deno.connect` (`http1.ts`), a quarter of `fetch`'s CPU per request.
  *
  * @module
  */
@@ -19,6 +20,7 @@ import {
   TaskError,
 } from "./errors.ts";
 import { Backoff, type BackoffOptions, formatSeconds, sleep, Transport } from "./http.ts";
+import { denoConnect, Http1Pool } from "./http1.ts";
 import { consoleLogger, type Logger } from "./logger.ts";
 import { type TaskContext, type TaskDefinition, validate } from "./task.ts";
 
@@ -53,8 +55,9 @@ export interface WorkerOptions {
   fetch?: typeof fetch;
   /**
    * Each concurrency slot polls for one task at a time and reports its results on an HTTP
-   * connection of its own (default `true`; needs Deno's `Deno.createHttpClient`, elsewhere and
-   * with a custom `fetch` the slots share the `fetch` pool). Behind a load balancer that
+   * connection of its own (default `true`; on Deno: plain HTTP/1.1 over `Deno.connect` for an
+   * `http:` server, `fetch` with a `Deno.createHttpClient` of its own for `https:`; elsewhere
+   * and with a custom `fetch` the slots share the `fetch` pool). Behind a load balancer that
    * spreads connections over the servers of a cluster in shared mode, a slot's tasks then come
    * from the server its connection reaches, which prefers the executions it owns, and their
    * results go back to that owner instead of being forwarded between servers.
@@ -102,7 +105,7 @@ type Outcome =
 /** One concurrency slot: its connection and its long poll. */
 interface Slot {
   readonly transport: Transport;
-  /** The slot's own HTTP client (one pooled connection), when the runtime offers one. */
+  /** The slot's own connection (closed when the worker stops), when the runtime offers one. */
   readonly client: { close(): void } | null;
   poll: { sessionId: string; controller: AbortController } | null;
   /** The task this slot runs and the ones that follow it from results' answers. */
@@ -218,18 +221,28 @@ export class Worker {
       token: options.token,
       fetch: options.fetch,
     });
-    const pinned = options.connectionPerSlot !== false && !options.fetch &&
-      typeof denoHttpClient() === "function";
-    this.#connectionPerSlot = pinned;
+    // A slot's own connection: plain HTTP/1.1 on Deno.connect for an http: server, Deno's
+    // fetch with an HTTP client of its own for https:.
+    const perSlot = options.connectionPerSlot !== false && !options.fetch;
+    const connect = perSlot && /^http:/i.test(this.#transport.server) ? denoConnect() : undefined;
+    const httpClient = perSlot && !connect ? denoHttpClient() : undefined;
+    this.#connectionPerSlot = connect !== undefined || httpClient !== undefined;
     this.#slots = Array.from({ length: this.concurrency }, () => {
-      const client = pinned ? denoHttpClient()!({ poolMaxIdlePerHost: 1 }) : null;
-      const transport = client
-        ? new Transport({
-          server: options.server,
-          token: options.token,
-          fetch: (input, init) => fetch(input, { ...init, client } as unknown as RequestInit),
-        })
-        : this.#transport;
+      let client: { close(): void } | null = null;
+      let transport = this.#transport;
+      const settings = { server: options.server, token: options.token };
+      if (connect) {
+        const pool = new Http1Pool(this.#transport.server, connect);
+        client = pool;
+        transport = new Transport(settings, pool.exchange);
+      } else if (httpClient) {
+        const c = httpClient({ poolMaxIdlePerHost: 1 });
+        client = c;
+        transport = new Transport({
+          ...settings,
+          fetch: (input, init) => fetch(input, { ...init, client: c } as unknown as RequestInit),
+        });
+      }
       return {
         transport,
         client,
