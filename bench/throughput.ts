@@ -26,6 +26,7 @@ import { ORDER_WORKFLOW, orderInput, WAITER_WORKFLOW } from "../tests/support/or
 import { sharedPostgres, stopSharedPostgres } from "../tests/support/pg.ts";
 import { PYTHON_WORKFLOW, startPythonWorker } from "../sdk/python/testing/process.ts";
 import { startBenchServers } from "./cluster.ts";
+import { Client } from "../sdk/typescript/client.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -51,8 +52,15 @@ const { values } = parseArgs({
     // Executions started first that wait for a signal the whole run (how the cost grows with
     // the work the server holds: beyond --cache-executions they leave memory).
     waiting: { type: "string", default: "0" },
+    // How the 64 clients (the SDK's Client) send their requests: "http1" (kept-alive HTTP/1.1
+    // over Deno.connect) or "fetch".
+    "client-transport": { type: "string", default: "http1" },
   },
 });
+const CLIENT_TRANSPORT = values["client-transport"] as "http1" | "fetch";
+if (!["http1", "fetch"].includes(CLIENT_TRANSPORT)) {
+  throw new Error("--client-transport: http1 or fetch");
+}
 const SHARED = values.cluster === "shared" ? Number(values.servers) : 0;
 if (values.cluster && values.cluster !== "shared") {
   throw new Error(`--cluster ${values.cluster}: only shared is benchmarked`);
@@ -323,6 +331,7 @@ async function bench(store: "sqlite" | "postgres") {
       ORDER_CONCURRENCY: values.concurrency,
       ORDER_WORKER_ID: `bench-py-${i}`,
     }));
+  const client = new Client({ server: server.url, transport: CLIENT_TRANSPORT });
   try {
     const c = api(server.url);
     await c.post("/v1/workflows", pyCount > 0 ? PYTHON_WORKFLOW : ORDER_WORKFLOW);
@@ -356,26 +365,25 @@ async function bench(store: "sqlite" | "postgres") {
       );
     }
 
-    /** Runs `count` orders from CLIENTS clients (each starts one and waits for it, in turn). */
+    /**
+     * Runs `count` orders from CLIENTS clients (each starts one and waits for it, in turn), all
+     * through one SDK Client, as an application would.
+     */
     const drive = async (prefix: string, count: number, latencies: number[]) => {
       let next = 0;
       await Promise.all(Array.from({ length: CLIENTS }, async () => {
         while (next < count) {
           const id = `${prefix}-${next++}`;
           const t0 = performance.now();
-          const s = await c.post("/v1/executions", {
-            workflow: "OrderProcessing",
-            execution_id: id,
+          const started = await client.start("OrderProcessing", {
+            executionId: id,
             input: orderInput(id),
           });
-          if (s.status !== 201) {
-            throw new Error(`start ${id}: ${s.status} ${JSON.stringify(s.body)}`);
+          if (started.execution_id !== id) {
+            throw new Error(`start ${id}: ${JSON.stringify(started)}`);
           }
-          for (;;) {
-            const w = await c.get(`/v1/executions/${id}/wait?timeout_s=60`);
-            if (w.body.status === "completed") break;
-            if (w.body.status !== "running") throw new Error(`${id} ended ${w.body.status}`);
-          }
+          const done = await client.wait(id, { timeoutS: 60 });
+          if (done.status !== "completed") throw new Error(`${id} ended ${done.status}`);
           latencies.push(performance.now() - t0);
         }
       }));
@@ -468,6 +476,7 @@ async function bench(store: "sqlite" | "postgres") {
       cycle_p99_ms: cycle.p99_ms,
     };
   } finally {
+    client.close();
     for (const w of workers) await w.kill(WORKER_PROF ? "SIGTERM" : "SIGKILL");
     for (const w of pythonWorkers) await w.kill("SIGKILL");
     await cluster.kill(Deno.env.get("ORBIT_BENCH_CPU_PROF") ? "SIGTERM" : "SIGKILL");

@@ -14,7 +14,7 @@
  *
  * ```ts ignore
  * import { Http1Pool } from "./http1.ts";
- * const pool = new Http1Pool("http://127.0.0.1:7233", Deno.connect);
+ * const pool = new Http1Pool("http://127.0.0.1:7233", { connect: Deno.connect });
  * const answer = await pool.exchange({
  *   method: "GET", url: "http://127.0.0.1:7233/v1/health", headers: {}, signal: new AbortController().signal,
  * });
@@ -241,31 +241,77 @@ async function readAnswer(
   };
 }
 
-/** Kept-alive HTTP/1.1 connections to one server (`http:` only), at most one of them idle. */
+/** Options of an {@link Http1Pool}. */
+export interface Http1PoolOptions {
+  /** Opens a TCP connection (`Deno.connect`). */
+  connect: Connect;
+  /** Idle connections kept for the next requests (default 1: a worker slot's one connection). */
+  maxIdle?: number;
+  /**
+   * An idle connection older than this is closed instead of used (default: none), so that a
+   * request seldom meets a connection a server or proxy closed for being idle.
+   */
+  idleMs?: number;
+  /**
+   * Which requests are sent again on a new connection when a kept-alive one turns out closed
+   * before a byte of the answer (default `"all"`, for the worker's requests, which may all be
+   * repeated; `"idempotent"`: GET, HEAD, PUT, DELETE and OPTIONS only).
+   */
+  resend?: "all" | "idempotent";
+  /** The clock of `idleMs` (default `Date.now`). */
+  now?: () => number;
+}
+
+const IDEMPOTENT = new Set(["GET", "HEAD", "PUT", "DELETE", "OPTIONS"]);
+
+/** Kept-alive HTTP/1.1 connections to one server (`http:` only). */
 export class Http1Pool {
   readonly #hostname: string;
   readonly #port: number;
   readonly #host: string;
   readonly #origin: string;
   readonly #connect: Connect;
-  #idle: Conn | null = null;
+  readonly #maxIdle: number;
+  readonly #idleMs: number;
+  readonly #resendAll: boolean;
+  readonly #now: () => number;
+  /** Idle connections, the most recently used last, with when they went idle. */
+  readonly #idle: Array<{ conn: Conn; since: number }> = [];
   #closed = false;
 
-  constructor(server: string, connect: Connect) {
+  constructor(server: string, options: Http1PoolOptions) {
     const url = new URL(server);
     if (url.protocol !== "http:") throw new TypeError(`Http1Pool: http: only, not ${url.protocol}`);
     this.#hostname = url.hostname.replace(/^\[(.*)\]$/, "$1");
     this.#port = Number(url.port || 80);
     this.#host = url.host;
     this.#origin = url.origin;
-    this.#connect = connect;
+    this.#connect = options.connect;
+    this.#maxIdle = Math.max(0, options.maxIdle ?? 1);
+    this.#idleMs = options.idleMs ?? Infinity;
+    this.#resendAll = (options.resend ?? "all") === "all";
+    this.#now = options.now ?? Date.now;
   }
 
-  /** Closes the idle connection; requests in flight end with their connections. */
+  /** Closes the idle connections; requests in flight end with their connections. */
   close(): void {
     this.#closed = true;
-    this.#idle?.close();
-    this.#idle = null;
+    for (const { conn } of this.#idle.splice(0)) conn.close();
+  }
+
+  /** Idle connections now (for tests). */
+  get idle(): number {
+    return this.#idle.length;
+  }
+
+  /** The most recently used idle connection not older than `idleMs`; older ones are closed. */
+  #takeIdle(): Conn | null {
+    const now = this.#now();
+    for (let e = this.#idle.pop(); e; e = this.#idle.pop()) {
+      if (now - e.since <= this.#idleMs) return e.conn;
+      e.conn.close();
+    }
+    return null;
   }
 
   /** Sends one request and reads its answer. See the module documentation. */
@@ -288,14 +334,15 @@ export class Http1Pool {
     if (body) head += `content-length: ${body.length}\r\n`;
     const headBytes = encoder.encode(head + "\r\n");
     const bytes = body ? concat([headBytes, body]) : headBytes;
+    const resend = this.#resendAll || IDEMPOTENT.has(req.method);
 
     for (let attempt = 0;; attempt++) {
-      const reused = this.#idle;
-      this.#idle = null;
-      const conn = reused ?? new Conn(await this.#open());
+      const reused = this.#takeIdle();
+      const conn = reused ?? new Conn(await this.#open(signal));
       const onAbort = () => conn.close();
       signal.addEventListener("abort", onAbort, { once: true });
       try {
+        if (signal.aborted) throw signal.reason;
         conn.answered = false;
         // The answer is read while the request is written: a server may answer early (413 for
         // a body over its limit) and close without reading the rest.
@@ -312,15 +359,16 @@ export class Http1Pool {
           throw failedWrite && !conn.answered ? failedWrite : err;
         }
         conn.served++;
-        const reuse = read.keepAlive && written && !this.#closed && this.#idle === null;
-        if (reuse && !conn.closed) this.#idle = conn;
+        const reuse = read.keepAlive && written && !this.#closed && !conn.closed &&
+          this.#idle.length < this.#maxIdle;
+        if (reuse) this.#idle.push({ conn, since: this.#now() });
         else conn.close();
         return read.answer;
       } catch (err) {
         conn.close();
         if (signal.aborted) throw signal.reason;
         // A kept-alive connection the server had closed: the request never reached it.
-        const stale = reused !== null && attempt === 0 && !conn.answered &&
+        const stale = resend && reused !== null && attempt === 0 && !conn.answered &&
           (err instanceof ConnectionClosed || isReset(err));
         if (!stale) throw err;
       } finally {
@@ -329,12 +377,28 @@ export class Http1Pool {
     }
   };
 
-  async #open(): Promise<ByteConn> {
-    const conn = await this.#connect({ hostname: this.#hostname, port: this.#port });
-    try {
-      conn.setNoDelay?.(true);
-    } catch { /* not a TCP socket option here */ }
-    return conn;
+  /** A new connection; an abort ends the wait at once (the connection, if it comes, is closed). */
+  #open(signal: AbortSignal): Promise<ByteConn> {
+    const opening = this.#connect({ hostname: this.#hostname, port: this.#port }).then((conn) => {
+      try {
+        conn.setNoDelay?.(true);
+      } catch { /* not a TCP socket option here */ }
+      return conn;
+    });
+    return new Promise((resolve, reject) => {
+      const onAbort = () => reject(signal.reason); // the connection is closed when it comes
+      signal.addEventListener("abort", onAbort, { once: true });
+      opening.then((conn) => {
+        signal.removeEventListener("abort", onAbort);
+        if (!signal.aborted) return resolve(conn);
+        try {
+          conn.close();
+        } catch { /* closed */ }
+      }, (err) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(err);
+      });
+    });
   }
 }
 

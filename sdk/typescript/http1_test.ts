@@ -7,7 +7,7 @@
  * again), an abort, a refused connection.
  */
 import assert from "node:assert/strict";
-import { ConnectionClosed, Http1Pool } from "./http1.ts";
+import { type ByteConn, ConnectionClosed, Http1Pool } from "./http1.ts";
 import { type HttpRequest, Transport } from "./http.ts";
 import { OrbitApiError, OrbitConnectionError } from "./errors.ts";
 
@@ -55,7 +55,7 @@ Deno.test("http1: keep-alive against Deno.serve — one connection, bodies both 
     },
   );
   const base = `http://127.0.0.1:${server.addr.port}`;
-  const pool = new Http1Pool(base, connect);
+  const pool = new Http1Pool(base, { connect });
   try {
     const a = await pool.exchange(request(`${base}/v1/x?wait=1`));
     assert.equal(a.status, 200);
@@ -196,7 +196,7 @@ Deno.test("http1: 1xx skipped, chunk extensions and trailers, bytes arriving a f
     'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n4;ext=1\r\n{"a"\r\n3\r\n:1}\r\n0\r\nX-Trailer: yes\r\n\r\n',
     answer("201 Created", "{}"),
   ]);
-  const pool = new Http1Pool(s.base, connect);
+  const pool = new Http1Pool(s.base, { connect });
   try {
     const a = await pool.exchange(request(`${s.base}/one`, "POST", '{"x":1}'));
     assert.equal(a.status, 200);
@@ -222,7 +222,7 @@ Deno.test("http1: a body that ends with its connection, and connection: close, a
     answer("200 OK", "first", "Connection: close\r\n"),
     answer("200 OK", "second"),
   ]);
-  const pool = new Http1Pool(s.base, connect);
+  const pool = new Http1Pool(s.base, { connect });
   try {
     assert.equal((await pool.exchange(request(`${s.base}/a`))).text, "until the end");
     assert.equal((await pool.exchange(request(`${s.base}/b`))).text, "first");
@@ -236,7 +236,7 @@ Deno.test("http1: a body that ends with its connection, and connection: close, a
 
 Deno.test("http1: an idle connection the server closed — the request goes once more, on a new one", async () => {
   const s = scripted([{ text: answer("200 OK", "one"), close: true }, answer("200 OK", "two")]);
-  const pool = new Http1Pool(s.base, connect);
+  const pool = new Http1Pool(s.base, { connect });
   try {
     assert.equal((await pool.exchange(request(`${s.base}/a`))).text, "one");
     await s.requested(1);
@@ -259,7 +259,7 @@ Deno.test("http1: an answer cut off, or a new connection closed, fails and is no
     { text: "HTTP/1.1 200 OK\r\nContent-Le", close: true },
     "close",
   ]);
-  const pool = new Http1Pool(s.base, connect);
+  const pool = new Http1Pool(s.base, { connect });
   try {
     assert.equal((await pool.exchange(request(`${s.base}/a`))).text, "ok");
     const cut = await pool.exchange(request(`${s.base}/b`)).catch((e) => e);
@@ -277,7 +277,7 @@ Deno.test("http1: an answer cut off, or a new connection closed, fails and is no
 
 Deno.test("http1: an abort ends the request at once; the next one opens a new connection", async () => {
   const s = scripted(["hang", answer("200 OK", "after")]);
-  const pool = new Http1Pool(s.base, connect);
+  const pool = new Http1Pool(s.base, { connect });
   try {
     const controller = new AbortController();
     const pending = pool.exchange(request(`${s.base}/a`, "GET", undefined, controller.signal));
@@ -301,7 +301,7 @@ Deno.test("http1 in a Transport: API errors, timeouts and a refused connection a
     ),
     "hang",
   ]);
-  const pool = new Http1Pool(s.base, connect);
+  const pool = new Http1Pool(s.base, { connect });
   const t = new Transport({ server: s.base, token: "secret" }, pool.exchange);
   try {
     const e = await t.post("/v1/workers/poll", { session_id: "s" }).catch((x) => x);
@@ -320,7 +320,7 @@ Deno.test("http1 in a Transport: API errors, timeouts and a refused connection a
   const gone = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (gone.addr as Deno.NetAddr).port;
   gone.close();
-  const refusedPool = new Http1Pool(`http://127.0.0.1:${port}`, connect);
+  const refusedPool = new Http1Pool(`http://127.0.0.1:${port}`, { connect });
   const refused = await new Transport({ server: `http://127.0.0.1:${port}` }, refusedPool.exchange)
     .get("/v1/health").catch((x) => x);
   assert.ok(refused instanceof OrbitConnectionError, String(refused));
@@ -352,7 +352,7 @@ Deno.test("http1: an answer sent before the request's body was read (413) still 
     conn.close();
   })();
   const base = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`;
-  const pool = new Http1Pool(base, connect);
+  const pool = new Http1Pool(base, { connect });
   try {
     const t = new Transport({ server: base }, pool.exchange);
     const e = await t.post("/v1/tasks/complete", { output: "x".repeat(8 << 20) }, {
@@ -367,4 +367,81 @@ Deno.test("http1: an answer sent before the request's body was read (413) still 
     listener.close();
     await served;
   }
+});
+
+Deno.test("http1: resend 'idempotent' sends a GET again on a closed idle connection, never a POST", async () => {
+  const s = scripted([
+    { text: answer("200 OK", "one"), close: true },
+    answer("200 OK", "get again"),
+    { text: answer("200 OK", "three"), close: true },
+  ]);
+  const pool = new Http1Pool(s.base, { connect, resend: "idempotent" });
+  try {
+    assert.equal((await pool.exchange(request(`${s.base}/a`))).text, "one");
+    await s.requested(1);
+    assert.equal((await pool.exchange(request(`${s.base}/b`))).text, "get again");
+    assert.equal((await pool.exchange(request(`${s.base}/c`))).text, "three");
+    await s.requested(3);
+    const post = await pool.exchange(request(`${s.base}/d`, "POST", '{"start":1}')).catch((e) => e);
+    assert.ok(post instanceof ConnectionClosed || post?.name === "BrokenPipe", String(post));
+    assert.equal(s.requests.length, 3, "the POST was not sent again");
+  } finally {
+    pool.close();
+    await s.stop();
+  }
+});
+
+Deno.test("http1: idle connections — up to maxIdle kept, none older than idleMs used", async () => {
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    (_req, info) => new Response(String(info.remoteAddr.port)),
+  );
+  const base = `http://127.0.0.1:${server.addr.port}`;
+  let clock = 0;
+  const pool = new Http1Pool(base, { connect, maxIdle: 2, idleMs: 1000, now: () => clock });
+  try {
+    const ports = await Promise.all([1, 2, 3].map(() => pool.exchange(request(`${base}/`))));
+    assert.equal(
+      new Set(ports.map((a) => a.text)).size,
+      3,
+      "three requests at once, three connections",
+    );
+    assert.equal(pool.idle, 2, "two of them kept");
+    const again = await pool.exchange(request(`${base}/`));
+    assert.ok(ports.some((a) => a.text === again.text), "an idle connection was used");
+    clock += 1001;
+    const later = await pool.exchange(request(`${base}/`));
+    assert.ok(!ports.some((a) => a.text === later.text), "idle too long: a new connection");
+    assert.equal(pool.idle, 1);
+  } finally {
+    pool.close();
+    assert.equal(pool.idle, 0);
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1: an abort while connecting ends the request at once; the late connection is closed once", async () => {
+  let arrive!: (c: ByteConn) => void;
+  let closes = 0;
+  const fake: ByteConn = {
+    read: () => new Promise(() => {}),
+    write: (p) => Promise.resolve(p.length),
+    close: () => {
+      if (++closes > 1) throw new Error("closed twice");
+    },
+  };
+  const pool = new Http1Pool("http://10.255.255.1:9", {
+    connect: () => new Promise((r) => (arrive = r)),
+  });
+  const controller = new AbortController();
+  const pending = pool.exchange(
+    request("http://10.255.255.1:9/x", "GET", undefined, controller.signal),
+  );
+  const reason = new Error("timed out");
+  controller.abort(reason);
+  await assert.rejects(pending, (e) => e === reason);
+  arrive(fake);
+  await new Promise((r) => setTimeout(r, 0)); // one macrotask: its arrival's microtasks have run
+  assert.equal(closes, 1);
+  pool.close();
 });

@@ -232,7 +232,7 @@ export class Worker {
       let transport = this.#transport;
       const settings = { server: options.server, token: options.token };
       if (connect) {
-        const pool = new Http1Pool(this.#transport.server, connect);
+        const pool = new Http1Pool(this.#transport.server, { connect });
         client = pool;
         transport = new Transport(settings, pool.exchange);
       } else if (httpClient) {
