@@ -21,6 +21,49 @@ import { ATTACH_FAULTS, FAULT_KINDS, type FaultKind } from "./faults.ts";
 import { runChaos } from "./run.ts";
 
 const args = Deno.args;
+const USAGE = `usage:
+  deno task chaos [--mode single-sqlite|single-pg|standby|shared] [--seconds 60] [--seed N]
+                  [--servers N] [--workers N] [--python-workers N] [--clients N]
+                  [--db postgres://…] [--keep] [--faults kind,kind,…] [--json FILE]
+                  [--cache-executions N]
+  deno task chaos --attach http://host:port [--token T] [--db postgres://…|FILE.db]
+                  [--seconds 60] [--seed N] [--workers N] [--python-workers N] [--clients N]
+                  [--faults worker-kind,…] [--keep] [--json FILE]`;
+if (args.includes("--help") || args.includes("-h")) {
+  console.log(USAGE);
+  Deno.exit(0);
+}
+/** Every option and whether a value follows it: anything else is refused, not ignored. */
+const OPTIONS = new Map<string, boolean>([
+  ["--mode", true],
+  ["--seconds", true],
+  ["--seed", true],
+  ["--servers", true],
+  ["--workers", true],
+  ["--python-workers", true],
+  ["--clients", true],
+  ["--db", true],
+  ["--keep", false],
+  ["--faults", true],
+  ["--json", true],
+  ["--cache-executions", true],
+  ["--attach", true],
+  ["--token", true],
+]);
+for (let i = 0; i < args.length; i++) {
+  const takes = OPTIONS.get(args[i]!);
+  if (takes === undefined) {
+    console.error(`chaos: unknown argument ${args[i]}\n${USAGE}`);
+    Deno.exit(2);
+  }
+  if (takes) {
+    if (i + 1 >= args.length) {
+      console.error(`chaos: ${args[i]} needs a value\n${USAGE}`);
+      Deno.exit(2);
+    }
+    i++;
+  }
+}
 const flag = (name: string) => {
   const i = args.indexOf(name);
   return i >= 0 ? args[i + 1] : undefined;
