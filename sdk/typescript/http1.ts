@@ -124,6 +124,11 @@ class Conn {
     await this.#need(n);
     const out = this.#buf.slice(this.#start, this.#start + n);
     this.#start += n;
+    // A large answer grew the buffer: a kept-alive connection does not hold on to it.
+    if (this.#start === this.#end && this.#buf.length > MAX_HEAD) {
+      this.#buf = new Uint8Array(16 * 1024);
+      this.#start = this.#end = 0;
+    }
     return out;
   }
 
