@@ -16,11 +16,11 @@
  * Exits 1 when the checker finds a violation (each is printed with its execution's events and
  * the faults around it), 2 on a usage error or a run that could not go on (a refused token…).
  */
+import { parseArgs } from "node:util";
 import { type Mode, MODES } from "./deployment.ts";
 import { ATTACH_FAULTS, FAULT_KINDS, type FaultKind } from "./faults.ts";
 import { runChaos } from "./run.ts";
 
-const args = Deno.args;
 const USAGE = `usage:
   deno task chaos [--mode single-sqlite|single-pg|standby|shared] [--seconds 60] [--seed N]
                   [--servers N] [--workers N] [--python-workers N] [--clients N]
@@ -29,45 +29,49 @@ const USAGE = `usage:
   deno task chaos --attach http://host:port [--token T] [--db postgres://…|FILE.db]
                   [--seconds 60] [--seed N] [--workers N] [--python-workers N] [--clients N]
                   [--faults worker-kind,…] [--keep] [--json FILE]`;
-if (args.includes("--help") || args.includes("-h")) {
+const text = { type: "string" } as const;
+/** Every option: anything else (a misspelt one, a stray word) is refused, not ignored. */
+let values;
+try {
+  ({ values } = parseArgs({
+    args: Deno.args,
+    strict: true,
+    options: {
+      mode: text,
+      seconds: text,
+      seed: text,
+      servers: text,
+      workers: text,
+      "python-workers": text,
+      clients: text,
+      db: text,
+      keep: { type: "boolean" },
+      faults: text,
+      json: text,
+      "cache-executions": text,
+      attach: text,
+      token: text,
+      help: { type: "boolean", short: "h" },
+    },
+  }));
+} catch (e) {
+  const { code, message } = e as { code?: string; message: string };
+  const named = /'([^' ]+)/.exec(message)?.[1] ?? message;
+  console.error(
+    `chaos: ${
+      code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE"
+        ? `${named} needs a value`
+        : `unknown argument ${named}`
+    }\n${USAGE}`,
+  );
+  Deno.exit(2);
+}
+if (values.help) {
   console.log(USAGE);
   Deno.exit(0);
 }
-/** Every option and whether a value follows it: anything else is refused, not ignored. */
-const OPTIONS = new Map<string, boolean>([
-  ["--mode", true],
-  ["--seconds", true],
-  ["--seed", true],
-  ["--servers", true],
-  ["--workers", true],
-  ["--python-workers", true],
-  ["--clients", true],
-  ["--db", true],
-  ["--keep", false],
-  ["--faults", true],
-  ["--json", true],
-  ["--cache-executions", true],
-  ["--attach", true],
-  ["--token", true],
-]);
-for (let i = 0; i < args.length; i++) {
-  const takes = OPTIONS.get(args[i]!);
-  if (takes === undefined) {
-    console.error(`chaos: unknown argument ${args[i]}\n${USAGE}`);
-    Deno.exit(2);
-  }
-  if (takes) {
-    if (i + 1 >= args.length) {
-      console.error(`chaos: ${args[i]} needs a value\n${USAGE}`);
-      Deno.exit(2);
-    }
-    i++;
-  }
-}
-const flag = (name: string) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
+type Option = Exclude<keyof typeof values, "keep" | "help">;
+const flag = (name: `--${Option}`) => values[name.slice(2) as Option];
 const usage = (msg: string): never => {
   console.error(`chaos: ${msg}`);
   Deno.exit(2);
@@ -76,13 +80,15 @@ const usage = (msg: string): never => {
 const attach = flag("--attach");
 if (attach !== undefined) {
   if (!/^https?:\/\/[^/]+\/?$/.test(attach)) usage("--attach must be a URL like http://host:port");
-  for (const f of ["--mode", "--servers"]) if (args.includes(f)) usage(`${f} is not for --attach`);
+  for (const f of ["--mode", "--servers"] as const) {
+    if (flag(f) !== undefined) usage(`${f} is not for --attach`);
+  }
 }
 const mode = attach !== undefined ? "attach" : (flag("--mode") ?? "single-sqlite") as Mode;
 if (mode !== "attach" && !MODES.includes(mode)) usage(`--mode must be one of ${MODES.join(", ")}`);
 const token = flag("--token") ?? Deno.env.get("ORBIT_TOKEN");
-if (args.includes("--token") && mode !== "attach") usage("--token is for --attach");
-const num = (name: string) => {
+if (flag("--token") !== undefined && mode !== "attach") usage("--token is for --attach");
+const num = (name: `--${Option}`) => {
   const v = flag(name);
   if (v === undefined) return undefined;
   const n = Number(v);
@@ -125,7 +131,7 @@ const report = await (runChaos({
   ...(cacheExecutions !== undefined ? { cacheExecutions } : {}),
   ...(db ? { db } : {}),
   ...(faults ? { faults } : {}),
-  keep: args.includes("--keep"),
+  keep: values.keep === true,
 }).catch((e) => {
   // A run that cannot start (a refused token, a definition that differs there…): no stack.
   console.error(`chaos: ${(e as Error).message}`);
