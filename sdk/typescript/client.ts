@@ -12,7 +12,7 @@
 
 import { OrbitApiError, OrbitConnectionError, OrbitExecutionError } from "./errors.ts";
 import { Backoff, type BackoffOptions, type RequestOptions, sleep, Transport } from "./http.ts";
-import { denoConnect, Http1Pool } from "./http1.ts";
+import { type Http1Pool, http1PoolFor } from "./http1.ts";
 import { type InferOutput, parseWith, type StandardSchemaV1 } from "./task.ts";
 import type { WorkflowDocument } from "./workflow.ts";
 
@@ -149,13 +149,8 @@ export class Client {
   readonly #pool: Http1Pool | null = null;
 
   constructor(options: ClientOptions) {
-    const connect = options.transport === "http1" && !options.fetch &&
-        /^http:/i.test(options.server ?? "")
-      ? denoConnect()
-      : undefined;
-    if (connect) {
-      this.#pool = new Http1Pool(options.server.replace(/\/+$/, ""), {
-        connect,
+    if (options.transport === "http1" && !options.fetch) {
+      this.#pool = http1PoolFor(options.server, {
         maxIdle: 256,
         idleMs: 4_000,
         resend: "idempotent",

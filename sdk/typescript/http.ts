@@ -2,8 +2,8 @@
  * The HTTP transport shared by the worker and the client: JSON requests with a bearer token,
  * `{"error": {...}}` answers turned into {@link OrbitApiError}, network failures into
  * {@link OrbitConnectionError}. Uses only `fetch`, `AbortController` and `setTimeout`, so it
- * runs on Deno, Node 20 and browsers; the worker's slots on Deno send theirs through
- * `http1.ts` instead.
+ * runs on Deno, Node 20 and browsers; on Deno the worker's slots, and a Client with
+ * `transport: "http1"`, send theirs through `http1.ts` instead (`Transport`'s `exchange`).
  *
  * @module
  */

@@ -44,6 +44,18 @@ export function denoConnect(): Connect | undefined {
   return typeof deno?.connect === "function" ? deno.connect.bind(deno) : undefined;
 }
 
+/**
+ * A pool for `server` where this client can serve it: on Deno (`Deno.connect`) and for an
+ * `http:` server; `null` elsewhere (the caller keeps `fetch`).
+ */
+export function http1PoolFor(
+  server: string,
+  options: Omit<Http1PoolOptions, "connect"> = {},
+): Http1Pool | null {
+  const connect = /^http:/i.test(server) ? denoConnect() : undefined;
+  return connect ? new Http1Pool(server, { ...options, connect }) : null;
+}
+
 /** The connection ended or broke before the whole answer came; `answered` once a byte did. */
 export class ConnectionClosed extends Error {
   constructor(readonly answered: boolean, message: string) {

@@ -20,7 +20,7 @@ import {
   TaskError,
 } from "./errors.ts";
 import { Backoff, type BackoffOptions, formatSeconds, sleep, Transport } from "./http.ts";
-import { denoConnect, Http1Pool } from "./http1.ts";
+import { http1PoolFor } from "./http1.ts";
 import { consoleLogger, type Logger } from "./logger.ts";
 import { type TaskContext, type TaskDefinition, validate } from "./task.ts";
 
@@ -224,33 +224,26 @@ export class Worker {
     // A slot's own connection: plain HTTP/1.1 on Deno.connect for an http: server, Deno's
     // fetch with an HTTP client of its own for https:.
     const perSlot = options.connectionPerSlot !== false && !options.fetch;
-    const connect = perSlot && /^http:/i.test(this.#transport.server) ? denoConnect() : undefined;
-    const httpClient = perSlot && !connect ? denoHttpClient() : undefined;
-    this.#connectionPerSlot = connect !== undefined || httpClient !== undefined;
-    this.#slots = Array.from({ length: this.concurrency }, () => {
-      let client: { close(): void } | null = null;
-      let transport = this.#transport;
-      const settings = { server: options.server, token: options.token };
-      if (connect) {
-        const pool = new Http1Pool(this.#transport.server, { connect });
-        client = pool;
-        transport = new Transport(settings, pool.exchange);
-      } else if (httpClient) {
-        const c = httpClient({ poolMaxIdlePerHost: 1 });
-        client = c;
-        transport = new Transport({
-          ...settings,
-          fetch: (input, init) => fetch(input, { ...init, client: c } as unknown as RequestInit),
-        });
-      }
-      return {
-        transport,
-        client,
-        poll: null,
-        chain: null,
-        pollsOver: deferred(),
-      };
-    });
+    const httpClient = perSlot ? denoHttpClient() : undefined;
+    const settings = { server: options.server, token: options.token };
+    const ownConnection = (): Pick<Slot, "transport" | "client"> => {
+      const pool = perSlot ? http1PoolFor(this.#transport.server) : null;
+      if (pool) return { transport: new Transport(settings, pool.exchange), client: pool };
+      if (!httpClient) return { transport: this.#transport, client: null };
+      const client = httpClient({ poolMaxIdlePerHost: 1 });
+      const transport = new Transport({
+        ...settings,
+        fetch: (input, init) => fetch(input, { ...init, client } as unknown as RequestInit),
+      });
+      return { transport, client };
+    };
+    this.#slots = Array.from({ length: this.concurrency }, () => ({
+      ...ownConnection(),
+      poll: null,
+      chain: null,
+      pollsOver: deferred(),
+    }));
+    this.#connectionPerSlot = this.#slots[0]!.client !== null;
     for (const task of options.tasks) {
       const key = taskKey(task.name, task.contract);
       if (this.#tasks.has(key)) {
