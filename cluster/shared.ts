@@ -144,6 +144,15 @@ export function requestsStuckMs(nodeTimeoutMs: number): number {
   return Math.max(10_000, 3 * nodeTimeoutMs);
 }
 
+/**
+ * How long a heartbeat may go unanswered before its connection is replaced: twice the node
+ * timeout, 5 s at least (seen wedged after connect timeouts while PostgreSQL restarts under
+ * load). Shorter than requestsStuckMs: a node whose heartbeat cannot be written is taken over.
+ */
+export function heartbeatStuckMs(nodeTimeoutMs: number): number {
+  return Math.max(5_000, 2 * nodeTimeoutMs);
+}
+
 export function rendezvousOwner(root: string, nodes: readonly string[]): string | null {
   let best: string | null = null;
   let bestScore = -1;
@@ -614,13 +623,13 @@ export class SharedNode implements ClusterView, RemoteCommands {
 
   /**
    * The heartbeat, on its own timer so that slow maintenance cannot hold it back. A heartbeat
-   * stuck for longer than twice the node timeout means the connection is wedged (seen after
-   * connect timeouts while PostgreSQL restarts under load): the client is replaced.
+   * stuck for longer than heartbeatStuckMs means the connection is wedged: the client is
+   * replaced.
    */
   async #onBeat(): Promise<void> {
     if (this.#stopped) return;
     if (this.#beatStarted !== null) {
-      if (this.now() - this.#beatStarted < Math.max(5000, 2 * this.opts.nodeTimeoutMs)) return;
+      if (this.now() - this.#beatStarted < heartbeatStuckMs(this.opts.nodeTimeoutMs)) return;
       log.shared.warn("shared: the heartbeat connection is stuck; reconnecting", {
         node_id: this.opts.nodeId,
       });
