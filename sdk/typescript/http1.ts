@@ -78,8 +78,6 @@ class Conn {
   #buf = new Uint8Array(16 * 1024);
   #start = 0;
   #end = 0;
-  /** Answers read whole on this connection. */
-  served = 0;
   /** A byte of the current answer has been read. */
   answered = false;
   closed = false;
@@ -375,7 +373,6 @@ export class Http1Pool {
           const failedWrite = await writing;
           throw failedWrite && !conn.answered ? failedWrite : err;
         }
-        conn.served++;
         const reuse = read.keepAlive && written && !this.#closed && !conn.closed &&
           this.#idle.length < this.#maxIdle;
         if (reuse) this.#idle.push({ conn, since: this.#now() });
