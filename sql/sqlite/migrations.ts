@@ -186,4 +186,30 @@ CREATE INDEX workflow_executions_wake_idx ON workflow_executions (wake_at_ms)
   WHERE wake_at_ms IS NOT NULL;
 `,
   },
+  {
+    version: 5,
+    name: "history rows appended in commit order",
+    sql: `
+-- Keyed by (run_id, seq) WITHOUT ROWID, every event landed inside its run's stretch of the
+-- table: a commit touching six executions dirtied ~15 leaf pages (with the splits of full
+-- pages in the middle of the tree), half of the WAL frames a commit writes. Rows now go to
+-- the end of a rowid table (one or two pages per commit) and a narrow unique index keeps
+-- (run_id, seq) in order for the history reads and refuses a second event with the same seq.
+CREATE TABLE execution_events_v5 (
+  id           INTEGER PRIMARY KEY,
+  run_id       TEXT    NOT NULL,
+  seq          INTEGER NOT NULL,
+  execution_id TEXT    NOT NULL,
+  type         TEXT    NOT NULL,
+  time_ms      INTEGER NOT NULL,
+  data         TEXT    NOT NULL
+);
+INSERT INTO execution_events_v5 (run_id, seq, execution_id, type, time_ms, data)
+  SELECT run_id, seq, execution_id, type, time_ms, data FROM execution_events
+  ORDER BY run_id, seq;
+DROP TABLE execution_events;
+ALTER TABLE execution_events_v5 RENAME TO execution_events;
+CREATE UNIQUE INDEX execution_events_run_seq_idx ON execution_events (run_id, seq);
+`,
+  },
 ];
