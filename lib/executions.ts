@@ -148,6 +148,12 @@ export function rowOf(s: ExecutionState, now: number): ExecutionRow {
   };
 }
 
+/** Whether an append from `prev` to `next` changes nothing of the row but its history's end. */
+function steady(prev: ExecutionState, next: ExecutionState, wake: number | null): boolean {
+  return next.phase !== "closed" && prev.run_id === next.run_id && prev.status === next.status &&
+    prev.input === next.input && prev.error === next.error && wakeAt(prev) === wake;
+}
+
 /** The execution a task token belongs to (`<execution id>/<uuid>`). */
 export function executionOfToken(token: string): string | null {
   const i = token.lastIndexOf("/");
@@ -243,6 +249,7 @@ export class Executions {
   ): AppendItem {
     const item: AppendItem = { row: rowOf(next, now), events, wake_at_ms: wakeAt(next) };
     if (create) item.create = true;
+    else if (prev && steady(prev, next, item.wake_at_ms!)) item.steady = true;
     const own = this.opts.ownership;
     if (own) {
       const epoch = own.epochs.get(next.execution_id) ??

@@ -261,12 +261,15 @@ class SqliteStore implements Store {
       this.#transaction(q.BEGIN_IMMEDIATE, () => {
         const insertEvent = this.#stmt(q.INSERT_EVENT);
         for (const item of items) {
-          const params = executionParams(item.row, item.wake_at_ms);
+          const { row } = item;
+          // A steady item only moves the history: the row stays as it is (reads take last_seq
+          // and updated_ms from the run's newest event), no page of it or its indexes written.
           if (item.create) {
+            const params = executionParams(row, item.wake_at_ms);
             const { changes } = this.#stmt(q.INSERT_EXECUTION).run(...params);
-            if (Number(changes) !== 1) throw new DuplicateExecutionError(item.row.execution_id);
-          } else {
-            this.#stmt(q.UPSERT_EXECUTION).run(...params);
+            if (Number(changes) !== 1) throw new DuplicateExecutionError(row.execution_id);
+          } else if (!item.steady) {
+            this.#stmt(q.UPSERT_EXECUTION).run(...executionParams(row, item.wake_at_ms));
           }
           const { run_id, execution_id } = item.row;
           for (const ev of item.events) {

@@ -51,6 +51,13 @@ export interface AppendItem {
    * cancel) moves it or it is closed. Undefined writes 0 (loaded at every start).
    */
   wake_at_ms?: number | null;
+  /**
+   * True when only the history moved since the execution's previous append: the same run,
+   * status, input, error and `wake_at_ms`, not closed. A store may then leave the row as it is
+   * if its reads still answer `last_seq` and `updated_ms` as of these events (SQLite reads them
+   * from the run's newest event, and such a commit writes no page of the row or its indexes).
+   */
+  steady?: boolean;
 }
 
 /** A running execution whose next timer comes due (`listWaking`). */

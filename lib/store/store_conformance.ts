@@ -195,6 +195,28 @@ export function runStoreConformance(
     await store.commit([]);
   });
 
+  test("commit() of steady items moves last_seq and updated_ms, the rest as it was", async (store) => {
+    const a = createItem("a", { created_ms: 7 });
+    await store.commit([a]);
+    const a2 = { ...appendItem(a.row, 2), steady: true };
+    await store.commit([a2]);
+    assert.deepEqual(await store.getExecution("a"), a2.row);
+    // A full item, then a steady one after it, in one batch.
+    const a3 = appendItem(a2.row, 1, { status: "continued" });
+    const a4 = { ...appendItem(a3.row, 1), steady: true };
+    await store.commit([a3, a4]);
+    assert.deepEqual(await store.getExecution("a"), a4.row);
+    assert.deepEqual(
+      (await store.readHistory(a.row.run_id, 0, 10)).map((e) => e.seq),
+      [1, 2, 3, 4, 5],
+    );
+    const a5 = appendItem(a4.row, 1, { status: "completed", output: { ok: 1 }, closed_ms: 99 });
+    await store.commit([a5]);
+    assert.deepEqual(await store.getExecution("a"), a5.row);
+    const listed = await store.listExecutions({ limit: 10, status: "completed" });
+    assert.deepEqual(listed.executions.map((r) => r.execution_id), ["a"]);
+  });
+
   test("commit() with a duplicate create writes nothing at all", async (store) => {
     const a = createItem("a");
     await store.commit([a]);

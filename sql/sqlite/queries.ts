@@ -93,6 +93,20 @@ SELECT data FROM execution_events WHERE run_id = $run_id ORDER BY seq`;
 const EXECUTION_COLUMNS = `execution_id, run_id, root_id, parent_id, workflow, version, status,
   input, output, error, created_ms, closed_ms, updated_ms, last_seq`;
 
+/** The newest events of the row's current run (used in a row's own SELECT). */
+const RUN_EVENTS = "FROM execution_events e WHERE e.run_id = workflow_executions.run_id";
+
+/**
+ * What reads answer. An append that only moves the history (AppendItem.steady) writes events and
+ * leaves the row as it was, so `last_seq` and `updated_ms` come from the run's newest event when
+ * it is past the row's: an index seek (run_id, seq) each.
+ */
+const EXECUTION_READ_COLUMNS = `execution_id, run_id, root_id, parent_id, workflow, version,
+  status, input, output, error, created_ms, closed_ms,
+  coalesce((SELECT e.time_ms ${RUN_EVENTS} AND e.seq > workflow_executions.last_seq
+            ORDER BY e.seq DESC LIMIT 1), updated_ms) AS updated_ms,
+  max(last_seq, coalesce((SELECT max(e.seq) ${RUN_EVENTS}), 0)) AS last_seq`;
+
 /**
  * Columns an append writes: every column of the row, then `wake_at_ms` (when the engine must
  * hold the execution in memory again: 0 while it has work in flight, the time of its next
@@ -128,7 +142,7 @@ ON CONFLICT (execution_id) DO UPDATE SET
 
 /** One execution. Params: $execution_id. */
 export const GET_EXECUTION = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions WHERE execution_id = $execution_id`;
+SELECT ${EXECUTION_READ_COLUMNS} FROM workflow_executions WHERE execution_id = $execution_id`;
 
 /**
  * Keyset paging, newest first: rows strictly after the cursor ($created_ms, $execution_id) in
@@ -140,28 +154,28 @@ const LIST_EXECUTIONS_ORDER = "ORDER BY created_ms DESC, execution_id DESC LIMIT
 
 /** Params: $created_ms, $execution_id, $limit. */
 export const LIST_EXECUTIONS = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${EXECUTION_READ_COLUMNS} FROM workflow_executions
 WHERE ${LIST_EXECUTIONS_WHERE} ${LIST_EXECUTIONS_ORDER}`;
 
 /** Params: $workflow, $created_ms, $execution_id, $limit. */
 export const LIST_EXECUTIONS_BY_WORKFLOW = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${EXECUTION_READ_COLUMNS} FROM workflow_executions
 WHERE workflow = $workflow AND ${LIST_EXECUTIONS_WHERE} ${LIST_EXECUTIONS_ORDER}`;
 
 /** Params: $status, $created_ms, $execution_id, $limit. */
 export const LIST_EXECUTIONS_BY_STATUS = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${EXECUTION_READ_COLUMNS} FROM workflow_executions
 WHERE status = $status AND ${LIST_EXECUTIONS_WHERE} ${LIST_EXECUTIONS_ORDER}`;
 
 /** Params: $workflow, $status, $created_ms, $execution_id, $limit. */
 export const LIST_EXECUTIONS_BY_WORKFLOW_AND_STATUS = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${EXECUTION_READ_COLUMNS} FROM workflow_executions
 WHERE workflow = $workflow AND status = $status AND ${LIST_EXECUTIONS_WHERE}
 ${LIST_EXECUTIONS_ORDER}`;
 
 /** Executions to recover at start-up, oldest first. */
 export const LIST_RUNNING = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions WHERE status = 'running'
+SELECT ${EXECUTION_READ_COLUMNS} FROM workflow_executions WHERE status = 'running'
 ORDER BY created_ms, execution_id`;
 
 /**
@@ -169,7 +183,7 @@ ORDER BY created_ms, execution_id`;
  * due before $before_ms; oldest first. The rest are loaded when something happens to them.
  */
 export const LIST_RUNNING_DUE = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${EXECUTION_READ_COLUMNS} FROM workflow_executions
 WHERE wake_at_ms IS NOT NULL AND wake_at_ms <= $before_ms AND status = 'running'
 ORDER BY created_ms, execution_id`;
 
