@@ -10,7 +10,8 @@ import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { readRun, sendSignal } from "../lib/signals.ts";
 import type { AppendItem, ExecutionRow } from "../lib/store/store.ts";
-import { tempDir, waitFor } from "./support/server.ts";
+import { waitFor } from "./support/server.ts";
+import { testEachStore } from "./support/stores.ts";
 
 const FLOW = {
   ir: "orbit-ir/2",
@@ -38,12 +39,10 @@ function fixed(row: ExecutionRow) {
   return rest;
 }
 
-Deno.test({
-  name: "steady appends are exactly those that leave the row but its history's end as it was",
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    const store = await openStore(`${await tempDir()}/s.db`);
+testEachStore(
+  "steady appends are exactly those that leave the row but its history's end as it was",
+  async (target) => {
+    const store = await openStore(await target.newDb());
     const last = new Map<string, { row: ExecutionRow; wake: number | null }>();
     let steady = 0;
     let full = 0;
@@ -123,4 +122,4 @@ Deno.test({
       await store.close();
     }
   },
-});
+);

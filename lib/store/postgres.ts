@@ -91,6 +91,8 @@ interface CommitRowParam extends ExecutionRow {
   wake_at_ms: number | null;
   owner_node?: string;
   owner_epoch?: number;
+  /** Every item of this execution in the batch is steady (not sent to a single server's commit). */
+  steady?: boolean;
 }
 
 /** One element of the commit's `$2`. */
@@ -147,6 +149,7 @@ function commitParams(items: AppendItem[]): { rows: CommitRowParam[]; events: Co
       is_create: prev ? prev.is_create : item.create === true,
       wake_at_ms: item.wake_at_ms === undefined ? 0 : item.wake_at_ms,
     };
+    if (item.steady && !item.create && (!prev || prev.steady)) row.steady = true;
     if (item.shared) {
       row.owner_node = item.shared.node_id;
       row.owner_epoch = item.shared.epoch;
@@ -377,11 +380,14 @@ class PostgresStore implements Store {
     const { rows, events } = commitParams(items);
     if (items.some((i) => i.shared)) return await this.#commitOwned(items, rows, events);
     const term = this.#fence();
+    // Rows of executions whose appends only moved the history stay as they are (the reads
+    // answer last_seq and updated_ms from the newest event): no new row version, no WAL for it.
+    const written = rows.filter((r) => !r.steady);
     let result: { term?: number | null }[];
     try {
       result = term === null
-        ? await this.#query(q.COMMIT, [rows, events])
-        : await this.#query(q.COMMIT_FENCED, [rows, events, term]);
+        ? await this.#query(q.COMMIT, [written, events])
+        : await this.#query(q.COMMIT_FENCED, [written, events, term]);
     } catch (e) {
       throw commitError(e, rows);
     }

@@ -67,6 +67,22 @@ export const EXECUTION_COLUMNS =
   input, output, error, created_ms, closed_ms, updated_ms, last_seq`;
 
 /**
+ * What reads answer, for the table or alias `t`: the row's columns, with `last_seq` and
+ * `updated_ms` from the run's newest event when it is past the row's. A single server's commit
+ * leaves the row alone for an append that only moves the history (AppendItem.steady); each is
+ * an index seek on `execution_events_pkey` (run_id, seq).
+ */
+export const executionReadColumns = (t: string) =>
+  `${t}.execution_id, ${t}.run_id, ${t}.root_id, ${t}.parent_id, ${t}.workflow, ${t}.version,
+  ${t}.status, ${t}.input, ${t}.output, ${t}.error, ${t}.created_ms, ${t}.closed_ms,
+  coalesce((SELECT e.time_ms FROM execution_events e WHERE e.run_id = ${t}.run_id
+            AND e.seq > ${t}.last_seq ORDER BY e.seq DESC LIMIT 1), ${t}.updated_ms) AS updated_ms,
+  greatest(${t}.last_seq, (SELECT max(e.seq) FROM execution_events e
+                           WHERE e.run_id = ${t}.run_id)) AS last_seq`;
+
+const READ_COLUMNS = executionReadColumns("workflow_executions");
+
+/**
  * The commit of a batch, as ONE autocommit statement (one round trip, atomic): data-modifying
  * CTEs insert every event and write every execution row.
  *
@@ -142,7 +158,7 @@ SELECT data FROM execution_events WHERE run_id = $1 AND seq > $2 ORDER BY seq LI
 
 /** One execution. Params: $1 execution_id. */
 export const GET_EXECUTION = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions WHERE execution_id = $1`;
+SELECT ${READ_COLUMNS} FROM workflow_executions WHERE execution_id = $1`;
 
 /**
  * Keyset paging, newest first: rows strictly after the cursor ($1 created_ms, $2 execution_id)
@@ -154,22 +170,22 @@ const LIST_ORDER = "ORDER BY created_ms DESC, execution_id DESC";
 
 /** Params: $1 created_ms, $2 execution_id, $3 limit. */
 export const LIST_EXECUTIONS = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${READ_COLUMNS} FROM workflow_executions
 WHERE ${LIST_WHERE} ${LIST_ORDER} LIMIT $3`;
 
 /** Params: $1 created_ms, $2 execution_id, $3 limit, $4 workflow. */
 export const LIST_EXECUTIONS_BY_WORKFLOW = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${READ_COLUMNS} FROM workflow_executions
 WHERE workflow = $4 AND ${LIST_WHERE} ${LIST_ORDER} LIMIT $3`;
 
 /** Params: $1 created_ms, $2 execution_id, $3 limit, $4 status. */
 export const LIST_EXECUTIONS_BY_STATUS = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${READ_COLUMNS} FROM workflow_executions
 WHERE status = $4 AND ${LIST_WHERE} ${LIST_ORDER} LIMIT $3`;
 
 /** Params: $1 created_ms, $2 execution_id, $3 limit, $4 workflow, $5 status. */
 export const LIST_EXECUTIONS_BY_WORKFLOW_AND_STATUS = `
-SELECT ${EXECUTION_COLUMNS} FROM workflow_executions
+SELECT ${READ_COLUMNS} FROM workflow_executions
 WHERE workflow = $4 AND status = $5 AND ${LIST_WHERE} ${LIST_ORDER} LIMIT $3`;
 
 /**
@@ -177,7 +193,7 @@ WHERE workflow = $4 AND status = $5 AND ${LIST_WHERE} ${LIST_ORDER} LIMIT $3`;
  * (one snapshot: a history never runs past its row's last_seq).
  */
 export const LOAD_RUNNING = `
-SELECT ${EXECUTION_COLUMNS},
+SELECT ${executionReadColumns("x")},
   coalesce((SELECT json_agg(e.data ORDER BY e.seq) FROM execution_events e
             WHERE e.run_id = x.run_id), '[]'::json) AS events
 FROM workflow_executions x WHERE x.status = 'running'
@@ -189,7 +205,7 @@ ORDER BY x.created_ms, x.execution_id`;
  * loaded when something happens to them.
  */
 export const LOAD_RUNNING_DUE = `
-SELECT ${EXECUTION_COLUMNS},
+SELECT ${executionReadColumns("x")},
   coalesce((SELECT json_agg(e.data ORDER BY e.seq) FROM execution_events e
             WHERE e.run_id = x.run_id), '[]'::json) AS events
 FROM workflow_executions x
