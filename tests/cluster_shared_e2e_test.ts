@@ -921,8 +921,14 @@ Deno.test({
             `INFO orbit_runtime::shared: shared: node is serving node_id=${n.id} resumed=0$`,
           ),
         ];
-        const at = lines.map((re) => n.logs.findIndex((l) => re.test(l)));
-        assert.ok(at.every((i) => i >= 0), `${n.id}: the page's start lines\n${tail(n)}`);
+        // Info lines reach the output up to GATHER_MS after they are logged, so the last one
+        // may still be on its way when /v1/ready first answers 200.
+        const find = () => lines.map((re) => n.logs.findIndex((l) => re.test(l)));
+        const at = await waitFor(
+          () => find().every((i) => i >= 0) ? find() : null,
+          `${n.id}: the page's start lines`,
+          5_000,
+        ).catch((e) => assert.fail(`${(e as Error).message}\n${tail(n)}`));
         assert.ok(at[0]! < at[1]! && at[1]! < at[2]!, `${n.id}: in the page's order\n${tail(n)}`);
       }
       // Seven connections per server at most, one client per role, named by application_name.

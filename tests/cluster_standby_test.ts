@@ -260,8 +260,22 @@ Deno.test({
         "a leader after the restart",
         30_000,
       );
-      const leader = (await ready(a)) ? a : b;
-      assert.equal((await api(leader.url).post("/v1/workflows", ORDER_WORKFLOW)).status, 201);
+      // Ready may be the old leader's last word before it notices that its lock session died
+      // with the database; until the election settles a write answers 503 (never anything
+      // else), and then one server takes it.
+      const leader = await waitFor(
+        async () => {
+          for (const s of [a, b]) {
+            if (!(await ready(s))) continue;
+            const r = await api(s.url).post("/v1/workflows", ORDER_WORKFLOW);
+            if (r.status === 201) return s;
+            assert.equal(r.status, 503, JSON.stringify(r.body));
+          }
+          return null;
+        },
+        "a leader that takes a write after the restart",
+        30_000,
+      );
       assert.ok((await api(leader.url).get("/v1/health")).body.term >= 1);
     } finally {
       await a.kill("SIGKILL");
