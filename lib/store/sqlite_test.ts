@@ -79,3 +79,26 @@ function insert2(db: DatabaseSync, runId: string, seq: number) {
     "INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data) VALUES (?, ?, 'a', 't', 0, '{}')",
   ).run(runId, seq);
 }
+
+Deno.test("sqlite store: workflow_executions keeps only the indexes its queries use", async () => {
+  const path = `${dir}/indexes.db`;
+  const store = await open(path);
+  await store.migrate();
+  await store.close();
+  const db = new DatabaseSync(path);
+  try {
+    const indexes = db.prepare(
+      "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'workflow_executions' ORDER BY name",
+    ).all().map((r) => r.name);
+    // created, workflow and status: the list's three filters; wake: start-up and timers.
+    assert.deepEqual(indexes, [
+      "sqlite_autoindex_workflow_executions_1",
+      "workflow_executions_created_idx",
+      "workflow_executions_status_idx",
+      "workflow_executions_wake_idx",
+      "workflow_executions_workflow_idx",
+    ]);
+  } finally {
+    db.close();
+  }
+});

@@ -212,4 +212,13 @@ ALTER TABLE execution_events_v5 RENAME TO execution_events;
 CREATE UNIQUE INDEX execution_events_run_seq_idx ON execution_events (run_id, seq);
 `,
   },
+  {
+    version: 6,
+    name: "no index on workflow_executions.root_id",
+    sql: `
+-- No SQLite query reads executions by root_id (trees matter to shared mode's takeover, which
+-- runs on PostgreSQL); the index cost a B-tree write per start and per row update.
+DROP INDEX IF EXISTS workflow_executions_root_idx;
+`,
+  },
 ];
