@@ -91,7 +91,7 @@ interface CommitRowParam extends ExecutionRow {
   wake_at_ms: number | null;
   owner_node?: string;
   owner_epoch?: number;
-  /** Every item of this execution in the batch is steady (not sent to a single server's commit). */
+  /** Every item of this execution in the batch is steady: its row is not written. */
   steady?: boolean;
 }
 
@@ -382,6 +382,7 @@ class PostgresStore implements Store {
     const term = this.#fence();
     // Rows of executions whose appends only moved the history stay as they are (the reads
     // answer last_seq and updated_ms from the newest event): no new row version, no WAL for it.
+    // (The owned commit gets them for its ownership check and skips them in its update.)
     const written = rows.filter((r) => !r.steady);
     let result: { term?: number | null }[];
     try {

@@ -100,6 +100,35 @@ Deno.test("postgres shared commit: an execution owned elsewhere is fenced alone,
   }
 });
 
+Deno.test("postgres shared commit: a steady item is fenced like any other and writes no row", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    await store.migrate();
+    const a = createItem("a");
+    const b = createItem("b");
+    await store.commit([owned(a, "n1", 1), owned(b, "n1", 1)]);
+    const versions = async () =>
+      (await sql`SELECT execution_id, xmin::text AS v FROM workflow_executions ORDER BY 1`)
+        .map((r) => r.v);
+    const before = await versions();
+    await sql`UPDATE orbit_owners SET node_id = 'n2', epoch = 2 WHERE execution_id = 'a'`;
+    const a2 = { ...appendItem(a.row, 1), steady: true };
+    const b2 = { ...appendItem(b.row, 2), steady: true };
+    const r = await store.commit([owned(a2, "n1", 1), owned(b2, "n1", 1)]);
+    assert.deepEqual([...(r as { fenced: Map<string, Error> }).fenced.keys()], ["a"]);
+    // Neither row got a new version; b's events were written and its reads follow them.
+    assert.deepEqual(await versions(), before);
+    assert.equal((await store.readHistory(a.row.run_id, 0, 10)).length, 1);
+    assert.deepEqual(await store.getExecution("a"), a.row);
+    assert.deepEqual(await store.getExecution("b"), b2.row);
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+});
+
 Deno.test("postgres shared commit: the terminal status deletes the ownership row and the task rows of reported attempts", async () => {
   const url = await (await sharedPostgres()).createDatabase();
   const store = await openPostgresStore(url);

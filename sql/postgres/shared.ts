@@ -93,7 +93,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     execution_id text, run_id text, root_id text, parent_id text, workflow text, version text,
     status text, input jsonb, output jsonb, error jsonb, created_ms bigint, closed_ms bigint,
     updated_ms bigint, last_seq bigint, is_create boolean, owner_node text, owner_epoch bigint,
-    wake_at_ms bigint)
+    wake_at_ms bigint, steady boolean)
 )`);
   if (parts.update) {
     cte.push(`own AS (
@@ -166,7 +166,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     cte.push(`updated AS (
   INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
   SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item
-  WHERE NOT is_create AND execution_id IN (SELECT execution_id FROM ${ok})
+  WHERE NOT is_create AND steady IS NOT TRUE AND execution_id IN (SELECT execution_id FROM ${ok})
   ON CONFLICT (execution_id) DO UPDATE SET
     run_id = excluded.run_id, root_id = excluded.root_id, parent_id = excluded.parent_id,
     workflow = excluded.workflow, version = excluded.version, status = excluded.status,
@@ -285,7 +285,9 @@ SELECT (SELECT count(*) FROM ev) AS events,
  *   and every create (its ownership row is inserted here, epoch as given).
  * - Events, rows, task rows and inbox deletions are written for `ok` items only; the others
  *   come back in `fenced` with the row's current owner, and the store raises FencedError for
- *   each of them while the rest of the batch is committed.
+ *   each of them while the rest of the batch is committed. A `steady` item (only its history
+ *   moved) is checked like the others and writes no row: reads answer its `last_seq` and
+ *   `updated_ms` from the newest event.
  * - A terminal status deletes the ownership row; `continued` keeps it (continue-as-new keeps
  *   owner and epoch).
  * - Task rows: `enqueue` inserts queued rows, or claimed ones for an
