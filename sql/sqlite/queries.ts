@@ -93,7 +93,7 @@ SELECT data FROM execution_events WHERE run_id = $run_id ORDER BY seq`;
 const EXECUTION_COLUMNS = `execution_id, run_id, root_id, parent_id, workflow, version, status,
   input, output, error, created_ms, closed_ms, updated_ms, last_seq`;
 
-/** The newest events of the row's current run (used in a row's own SELECT). */
+/** The events of the row's current run (in a subquery of the row's own SELECT). */
 const RUN_EVENTS = "FROM execution_events e WHERE e.run_id = workflow_executions.run_id";
 
 /**
