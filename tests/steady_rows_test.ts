@@ -1,9 +1,9 @@
 /**
- * An append that only moves the history is marked `steady` (AppendItem.steady), and the SQLite
- * store then writes just the row's `last_seq` and `updated_ms`. The mark is right only if the
- * rest of the row and its `wake_at_ms` are what the execution's previous append wrote: checked
- * here on every commit of executions that run worker steps, retry, sleep, wait for a signal and
- * fail, against the rows read back after each commit.
+ * An append that only moves the history is marked `steady` (AppendItem.steady), and the stores
+ * then write its events and leave the row alone (reads take `last_seq` and `updated_ms` from the
+ * newest event). The mark is right only if the rest of the row and its `wake_at_ms` are what the
+ * execution's previous append wrote: checked here on every commit of executions that run worker
+ * steps, retry, sleep, wait for a signal and fail, against the rows read back after each commit.
  */
 import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/sqlite/migrations.ts";
-import { PRAGMAS, READ_HISTORY } from "../../sql/sqlite/queries.ts";
+import { INSERT_EVENT, PRAGMAS, READ_HISTORY } from "../../sql/sqlite/queries.ts";
 import { openSqliteStore } from "./sqlite.ts";
 import type { Store } from "./store.ts";
 import { appendItem, createItem, runStoreConformance } from "./store_conformance.ts";
@@ -30,9 +30,7 @@ Deno.test("sqlite store: migration 5 moves a version-4 history into the appended
   }
   const a = createItem("a");
   const b = createItem("b");
-  const insert = old.prepare(
-    "INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data) VALUES (?, ?, ?, ?, ?, ?)",
-  );
+  const insert = old.prepare(INSERT_EVENT);
   // Written out of seq order: the v4 table kept them in (run_id, seq) order all the same.
   const a2 = appendItem(a.row, 3);
   const rows = [
@@ -57,12 +55,12 @@ Deno.test("sqlite store: migration 5 moves a version-4 history into the appended
   }
   const db = new DatabaseSync(path);
   try {
-    const indexes = db.prepare(
-      "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'execution_events'",
-    ).all().map((r) => r.name);
-    assert.deepEqual(indexes, ["execution_events_run_seq_idx"]);
+    assert.deepEqual(indexesOf(db, "execution_events"), ["execution_events_run_seq_idx"]);
     // The unique index refuses a second event at the same seq, as the primary key did.
-    assert.throws(() => insert2(db, a.row.run_id, 2), /UNIQUE constraint failed/);
+    assert.throws(
+      () => db.prepare(INSERT_EVENT).run(a.row.run_id, 2, "a", "t", 0, "{}"),
+      /UNIQUE constraint failed/,
+    );
     const plan = db.prepare(`EXPLAIN QUERY PLAN ${READ_HISTORY}`).all({
       run_id: "x",
       after_seq: 0,
@@ -74,10 +72,11 @@ Deno.test("sqlite store: migration 5 moves a version-4 history into the appended
   }
 });
 
-function insert2(db: DatabaseSync, runId: string, seq: number) {
-  db.prepare(
-    "INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data) VALUES (?, ?, 'a', 't', 0, '{}')",
-  ).run(runId, seq);
+/** The names of a table's indexes, in name order. */
+function indexesOf(db: DatabaseSync, table: string): unknown[] {
+  return db.prepare(
+    "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = ? ORDER BY name",
+  ).all(table).map((r) => r.name);
 }
 
 Deno.test("sqlite store: workflow_executions keeps only the indexes its queries use", async () => {
@@ -87,11 +86,8 @@ Deno.test("sqlite store: workflow_executions keeps only the indexes its queries 
   await store.close();
   const db = new DatabaseSync(path);
   try {
-    const indexes = db.prepare(
-      "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'workflow_executions' ORDER BY name",
-    ).all().map((r) => r.name);
     // created, workflow and status: the list's three filters; wake: start-up and timers.
-    assert.deepEqual(indexes, [
+    assert.deepEqual(indexesOf(db, "workflow_executions"), [
       "sqlite_autoindex_workflow_executions_1",
       "workflow_executions_created_idx",
       "workflow_executions_status_idx",
