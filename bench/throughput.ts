@@ -10,6 +10,7 @@
  *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
  *   deno task bench --deno-args="--v8-flags=--max-semi-space-size=2"   (flags for the server's deno run)
  *   deno task bench --waiting 100000    (that many executions wait for a signal through the run)
+ *   deno task bench --store postgres --pg-statements   (PostgreSQL's statements per order, too)
  *
  * Prints orders per second, p50/p99 latency (start request to observed completion), the
  * server's peak resident memory (VmHWM), and what an order costs: CPU milliseconds per order
@@ -18,7 +19,8 @@
  * commit's fsync: its state in /proc sampled every 2 ms), on a CPU, and waiting for a core (its
  * schedstat), and the worker cycle p50/p99 — the time from a
  * worker's result to its next task (measured inside the worker by `bench/worker_probe.ts`,
- * which runs the example worker unchanged).
+ * which runs the example worker unchanged). On PostgreSQL it adds the database's CPU per order by
+ * connection role, and with `--pg-statements` its statements (bench/postgres_stats.ts).
  */
 import { parseArgs } from "node:util";
 import { api, killOnExit, tempDir } from "../tests/support/server.ts";
@@ -27,6 +29,7 @@ import { sharedPostgres, stopSharedPostgres } from "../tests/support/pg.ts";
 import { PYTHON_WORKFLOW, startPythonWorker } from "../sdk/python/testing/process.ts";
 import { startBenchServers } from "./cluster.ts";
 import { Client } from "../sdk/typescript/client.ts";
+import { PG_STATEMENTS_OPTIONS, PostgresStats } from "./postgres_stats.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -55,8 +58,11 @@ const { values } = parseArgs({
     // How the 64 clients (the SDK's Client) send their requests: "http1" (kept-alive HTTP/1.1
     // over Deno.connect) or "fetch".
     "client-transport": { type: "string", default: "http1" },
+    // PostgreSQL loads pg_stat_statements and the bench prints its statements per order.
+    "pg-statements": { type: "boolean", default: false },
   },
 });
+if (values["pg-statements"]) Deno.env.set("ORBIT_TEST_PG_OPTIONS", PG_STATEMENTS_OPTIONS);
 const CLIENT_TRANSPORT = values["client-transport"] as "http1" | "fetch";
 if (!["http1", "fetch"].includes(CLIENT_TRANSPORT)) {
   throw new Error("--client-transport: http1 or fetch");
@@ -332,6 +338,9 @@ async function bench(store: "sqlite" | "postgres") {
       ORDER_WORKER_ID: `bench-py-${i}`,
     }));
   const client = new Client({ server: server.url, transport: CLIENT_TRANSPORT });
+  const pgStats = store === "postgres"
+    ? new PostgresStats(db, { statements: values["pg-statements"] })
+    : null;
   try {
     const c = api(server.url);
     await c.post("/v1/workflows", pyCount > 0 ? PYTHON_WORKFLOW : ORDER_WORKFLOW);
@@ -404,6 +413,7 @@ async function bench(store: "sqlite" | "postgres") {
     };
     const machine0 = machineCpuSeconds();
     const bench0 = cpuSeconds(Deno.pid);
+    await pgStats?.start();
     const postgres0 = store === "postgres" ? postgresCpuSeconds() : 0;
     const written0 = pids.reduce((sum, pid) => sum + writeBytes(pid), 0);
     const sampler = busySampler(server.pid);
@@ -414,6 +424,7 @@ async function bench(store: "sqlite" | "postgres") {
     const machineCpu = machineCpuSeconds() - machine0;
     const benchCpu = cpuSeconds(Deno.pid) - bench0;
     const postgresCpu = store === "postgres" ? postgresCpuSeconds() - postgres0 : 0;
+    const pgDetail = await pgStats?.finish(ORDERS);
     const written = pids.reduce((sum, pid) => sum + writeBytes(pid), 0) - written0;
     const serverCpu = allCpu() - cpu0.server;
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
@@ -474,8 +485,13 @@ async function bench(store: "sqlite" | "postgres") {
       ),
       cycle_p50_ms: cycle.p50_ms,
       cycle_p99_ms: cycle.p99_ms,
+      // PostgreSQL's CPU per order by connection role, and (--pg-statements) its statements.
+      postgres_cpu_ms_per_order_by_role: pgDetail?.byRole ?? null,
+      postgres_statements_per_order: pgDetail?.statementsPerOrder ?? null,
+      postgres_statements: pgDetail?.statements ?? null,
     };
   } finally {
+    await pgStats?.close();
     client.close();
     for (const w of workers) await w.kill(WORKER_PROF ? "SIGTERM" : "SIGKILL");
     for (const w of pythonWorkers) await w.kill("SIGKILL");
@@ -505,6 +521,26 @@ for (const s of stores) {
         Math.round(r.main_thread_cpu_share * 100)
       } %, waiting for a core ${Math.round(r.main_thread_waiting_for_cpu_share * 100)} %)`,
   );
+  if (r.postgres_cpu_ms_per_order_by_role) {
+    const roles = Object.entries(r.postgres_cpu_ms_per_order_by_role).sort((a, b) => b[1] - a[1]);
+    console.log(
+      `  PostgreSQL CPU per order by connection: ${
+        roles.map(([k, v]) => `${k} ${v} ms`).join(", ")
+      }`,
+    );
+  }
+  if (r.postgres_statements_per_order !== null) {
+    console.log(
+      `  PostgreSQL statements: ${r.postgres_statements_per_order} per order; by execution time:`,
+    );
+  }
+  for (const st of r.postgres_statements ?? []) {
+    console.log(
+      `  ${st.calls_per_order.toFixed(3)} calls/order × ${st.ms_per_call.toFixed(3)} ms = ${
+        st.ms_per_order.toFixed(3)
+      } ms/order  ${st.statement}`,
+    );
+  }
 }
 await stopSharedPostgres();
 console.log(JSON.stringify(results));

@@ -206,6 +206,8 @@ class Server implements PgServer {
       "-c listen_addresses=127.0.0.1",
       "-c max_connections=300",
       "-c fsync=on",
+      // More server settings for a benchmark, e.g. `-c shared_preload_libraries=pg_stat_statements`.
+      Deno.env.get("ORBIT_TEST_PG_OPTIONS") ?? "",
     ].join(" ");
     const out = await run(`${this.binDir}/pg_ctl`, [
       "start",
