@@ -149,7 +149,14 @@ function commitParams(items: AppendItem[]): { rows: CommitRowParam[]; events: Co
       is_create: prev ? prev.is_create : item.create === true,
       wake_at_ms: item.wake_at_ms === undefined ? 0 : item.wake_at_ms,
     };
-    if (item.steady && !item.create && (!prev || prev.steady)) row.steady = true;
+    if (item.steady && !item.create && (!prev || prev.steady)) {
+      // Not written (single server: left out; owned commit: read for its owner check only), so
+      // its JSON columns stay out of the parameter: less to encode here and to parse there.
+      row.steady = true;
+      row.input = null;
+      row.output = null;
+      row.error = null;
+    }
     if (item.shared) {
       row.owner_node = item.shared.node_id;
       row.owner_epoch = item.shared.epoch;
