@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { sharedPostgres } from "../../tests/support/pg.ts";
 import { openPostgresStore, postgresClient } from "./postgres.ts";
-import type { AppendItem, SharedAppend } from "./store.ts";
+import type { AppendItem, SharedAppend, Store } from "./store.ts";
 import { appendItem, createItem } from "./store_conformance.ts";
 import {
   claimTasks,
@@ -58,12 +58,24 @@ function task(execution_id: string, run_id: string, unit: string, enqueued_ms = 
   };
 }
 
-Deno.test("postgres shared commit: an execution owned elsewhere is fenced alone, the rest commits", async () => {
+/** A migrated store on a fresh database and a plain connection to it, both closed after `fn`. */
+async function withStore(
+  fn: (store: Store, sql: postgres.Sql) => Promise<void>,
+): Promise<void> {
   const url = await (await sharedPostgres()).createDatabase();
   const store = await openPostgresStore(url);
   const sql = postgres(url, { max: 1, onnotice: () => {} });
   try {
     await store.migrate();
+    await fn(store, sql);
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+}
+
+Deno.test("postgres shared commit: an execution owned elsewhere is fenced alone, the rest commits", () =>
+  withStore(async (store, sql) => {
     const a = createItem("a");
     const b = createItem("b");
     assert.deepEqual(await store.commit([owned(a, "n1", 1), owned(b, "n1", 1)]), {
@@ -94,18 +106,10 @@ Deno.test("postgres shared commit: an execution owned elsewhere is fenced alone,
     assert.equal((await store.readHistory(b.row.run_id, 0, 10)).length, 2);
     const tasks = await sql`SELECT execution_id, unit, state FROM orbit_tasks ORDER BY 1`;
     assert.deepEqual(tasks.map((t) => [t.execution_id, t.unit, t.state]), [["b", "ub", "queued"]]);
-  } finally {
-    await sql.end();
-    await store.close();
-  }
-});
+  }));
 
-Deno.test("postgres shared commit: a steady item is fenced like any other and writes no row", async () => {
-  const url = await (await sharedPostgres()).createDatabase();
-  const store = await openPostgresStore(url);
-  const sql = postgres(url, { max: 1, onnotice: () => {} });
-  try {
-    await store.migrate();
+Deno.test("postgres shared commit: a steady item is fenced like any other and writes no row", () =>
+  withStore(async (store, sql) => {
     const a = createItem("a");
     const b = createItem("b");
     await store.commit([owned(a, "n1", 1), owned(b, "n1", 1)]);
@@ -123,23 +127,15 @@ Deno.test("postgres shared commit: a steady item is fenced like any other and wr
     assert.equal((await store.readHistory(a.row.run_id, 0, 10)).length, 1);
     assert.deepEqual(await store.getExecution("a"), a.row);
     assert.deepEqual(await store.getExecution("b"), b2.row);
-  } finally {
-    await sql.end();
-    await store.close();
-  }
-});
+  }));
 
-Deno.test("postgres shared commit: the terminal status deletes the ownership row and the task rows of reported attempts", async () => {
-  const url = await (await sharedPostgres()).createDatabase();
-  const store = await openPostgresStore(url);
-  const sql = postgres(url, { max: 1, onnotice: () => {} });
-  try {
-    await store.migrate();
+Deno.test("postgres shared commit: the terminal status deletes the ownership row and the task rows of reported attempts", () =>
+  withStore(async (store, sql) => {
     const a = createItem("a");
     await store.commit([owned(a, "n1", 1, { enqueue: [task("a", a.row.run_id, "u1")] })]);
     await sql`UPDATE orbit_tasks SET state = 'claimed', token = 'a/t1' WHERE unit = 'u1'`;
     await sql`INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms)
-              VALUES ('n1', 'a', 'complete', '{}', 1)`;
+            VALUES ('n1', 'a', 'complete', '{}', 1)`;
     const [entry] = await sql`SELECT seq FROM orbit_inbox`;
     // A continued run keeps the ownership row.
     const cont = appendItem(a.row, 1, { status: "continued" });
@@ -152,11 +148,7 @@ Deno.test("postgres shared commit: the terminal status deletes the ownership row
     assert.equal((await sql`SELECT count(*)::int AS n FROM orbit_owners`)[0]!.n, 0);
     assert.equal((await sql`SELECT count(*)::int AS n FROM orbit_tasks`)[0]!.n, 0);
     assert.equal((await sql`SELECT count(*)::int AS n FROM orbit_inbox`)[0]!.n, 0);
-  } finally {
-    await sql.end();
-    await store.close();
-  }
-});
+  }));
 
 Deno.test("postgres shared commit: a create of an existing id is a DuplicateExecutionError and writes nothing", async () => {
   const url = await (await sharedPostgres()).createDatabase();
@@ -181,12 +173,8 @@ function take(unit: string, token: string, claimed_ms = 5000) {
   return { unit, token, session_id: "s1", claimed_by: "n1", claimed_ms, head_ms: 200 };
 }
 
-Deno.test("postgres shared commit: a dispatch takes its queued row; a row claimed by another token, or younger than a waiting row by more than the head start, refuses that append alone", async () => {
-  const url = await (await sharedPostgres()).createDatabase();
-  const store = await openPostgresStore(url);
-  const sql = postgres(url, { max: 1, onnotice: () => {} });
-  try {
-    await store.migrate();
+Deno.test("postgres shared commit: a dispatch takes its queued row; a row claimed by another token, or younger than a waiting row by more than the head start, refuses that append alone", () =>
+  withStore(async (store, sql) => {
     const [a, b, c, d] = ["a", "b", "c", "d"].map((id) => createItem(id));
     await store.commit([
       owned(a!, "n1", 1, { enqueue: [task("a", a!.row.run_id, "ua", 1000)] }),
@@ -210,7 +198,7 @@ Deno.test("postgres shared commit: a dispatch takes its queued row; a row claime
     assert.equal((await store.readHistory(c!.row.run_id, 0, 10)).length, 2);
     const rows = async () =>
       (await sql`SELECT unit, state, token, session_id, claimed_by, claimed_ms FROM orbit_tasks
-                 ORDER BY unit`).map((t) => [t.unit, t.state, t.token, t.claimed_by]);
+               ORDER BY unit`).map((t) => [t.unit, t.state, t.token, t.claimed_by]);
     assert.deepEqual(await rows(), [
       ["ua", "claimed", "a/t1", "n1"],
       ["ub", "claimed", "b/other", null],
@@ -245,11 +233,7 @@ Deno.test("postgres shared commit: a dispatch takes its queued row; a row claime
       ]),
       /two task takes of execution f/,
     );
-  } finally {
-    await sql.end();
-    await store.close();
-  }
-});
+  }));
 
 Deno.test("postgres shared commit: a take waits for a claim holding the row, then yields to it", async () => {
   const url = await (await sharedPostgres()).createDatabase();

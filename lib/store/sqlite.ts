@@ -271,7 +271,7 @@ class SqliteStore implements Store {
           } else if (!item.steady) {
             this.#stmt(q.UPSERT_EXECUTION).run(...executionParams(row, item.wake_at_ms));
           }
-          const { run_id, execution_id } = item.row;
+          const { run_id, execution_id } = row;
           for (const ev of item.events) {
             insertEvent.run(run_id, ev.seq, execution_id, ev.type, ev.time_ms, JSON.stringify(ev));
           }

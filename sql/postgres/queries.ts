@@ -68,9 +68,9 @@ export const EXECUTION_COLUMNS =
 
 /**
  * What reads answer, for the table or alias `t`: the row's columns, with `last_seq` and
- * `updated_ms` from the run's newest event when it is past the row's. A single server's commit
- * leaves the row alone for an append that only moves the history (AppendItem.steady); each is
- * an index seek on `execution_events_pkey` (run_id, seq).
+ * `updated_ms` from the run's newest event when it is past the row's. A commit (a single server's
+ * or a shared server's owned one) leaves the row alone for an append that only moves the history
+ * (AppendItem.steady); each is an index seek on `execution_events_pkey` (run_id, seq).
  */
 export const executionReadColumns = (t: string) =>
   `${t}.execution_id, ${t}.run_id, ${t}.root_id, ${t}.parent_id, ${t}.workflow, ${t}.version,
