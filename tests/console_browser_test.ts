@@ -371,3 +371,53 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "console: a link followed before the page's first effects have run still changes the page",
+  ignore: !hasChromium,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async () => {
+    const dir = await tempDir();
+    const server = await startServer({ db: `${dir}/orbit.db` });
+    let context: Awaited<ReturnType<typeof chromium.launchPersistentContext>> | null = null;
+    try {
+      context = await chromium.launchPersistentContext(await Deno.makeTempDir(), {
+        executablePath: CHROMIUM,
+        headless: true,
+        args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
+      });
+      const page = context.pages()[0] ?? await context.newPage();
+      page.setDefaultTimeout(10_000);
+      // A busy machine, made certain: no animation frame comes, and the console's deferred
+      // effects (Preact runs them after the next frame, or after 35 ms without one) wait until
+      // the test has followed the link.
+      await page.addInitScript(() => {
+        const w = globalThis as unknown as {
+          requestAnimationFrame: (f: () => void) => number;
+          setTimeout: (f: () => void, ms?: number) => number;
+          __release?: () => void;
+        };
+        const held: Array<() => void> = [];
+        const orig = w.setTimeout.bind(globalThis);
+        w.requestAnimationFrame = () => 0;
+        w.setTimeout = (f, ms) => (ms === 35 ? (held.push(f), 0) : orig(f, ms));
+        w.__release = () => held.splice(0).forEach((f) => f());
+      });
+      await page.goto(`${server.url}/workers`);
+      await page.locator("h1", { hasText: "Workers" }).waitFor();
+      await page.keyboard.press("Tab");
+      await page.keyboard.press("Tab");
+      await page.keyboard.press("Tab");
+      assert.equal(await page.evaluate("document.activeElement?.textContent"), "Executions");
+      await page.keyboard.press("Enter");
+      assert.equal(new URL(page.url()).pathname, "/executions");
+      await page.evaluate("globalThis.__release()");
+      await page.locator("h1", { hasText: "Executions" }).waitFor();
+    } finally {
+      await context?.close();
+      await server.kill("SIGKILL");
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});

@@ -5,7 +5,7 @@
  * re-runs on a timer and keeps the last good value while a refresh fails).
  */
 import { h } from "preact";
-import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+import { useCallback, useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 import htmModule from "htm";
 import { ApiError } from "./api.ts";
 
@@ -28,12 +28,19 @@ export function navigate(to: string): void {
   scrollTo(0, 0);
 }
 
-/** Re-renders on navigation; answers the current path and query. */
+/**
+ * Re-renders on navigation; answers the current path and query. It subscribes in a layout
+ * effect (run as the render commits, not after the next paint), and re-renders if the location
+ * moved between its render and its subscription: a link clicked in the page's first frame (a
+ * keyboard user pressing Enter at once) would otherwise change the URL and not the page.
+ */
 export function useRoute(): { path: string; query: URLSearchParams } {
   const [, set] = useState(0);
-  useEffect(() => {
+  const rendered = location.pathname + location.search;
+  useLayoutEffect(() => {
     const f = () => set((n) => n + 1);
     routeListeners.add(f);
+    if (location.pathname + location.search !== rendered) f();
     return () => void routeListeners.delete(f);
   }, []);
   return { path: location.pathname, query: new URLSearchParams(location.search) };
