@@ -263,7 +263,17 @@ Deno.test({
           session_id: session,
           max_tasks: 1,
         });
-        await new Promise((r) => setTimeout(r, 300)); // the result is in the owner's inbox
+        // The owner resumes only once the result is in its inbox, behind the dispatch.
+        const sql = postgres(c.db, { max: 1, onnotice: () => {} });
+        try {
+          await waitFor(async () => {
+            const kinds = await sql`SELECT kind FROM orbit_inbox
+              WHERE execution_id = 'fast-1' ORDER BY seq`;
+            return kinds.map((k) => k.kind).join(",") === "dispatched,complete";
+          }, "the dispatch and the result in the owner's inbox");
+        } finally {
+          await sql.end();
+        }
         owner.resume();
         const r = await done;
         assert.equal(r.status, 200, JSON.stringify(r.body));
