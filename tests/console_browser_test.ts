@@ -10,7 +10,7 @@
  * Skipped (loudly) only when /usr/bin/chromium is absent; .ci/run installs it.
  */
 import assert from "node:assert/strict";
-import { chromium, type Page } from "playwright-core";
+import { type BrowserContext, chromium, type Page } from "playwright-core";
 import { api, type ServerProcess, startServer, tempDir, waitFor } from "./support/server.ts";
 import { ORDER_WORKFLOW, orderInput, startOrderWorker } from "./support/orders.ts";
 
@@ -83,6 +83,25 @@ const APPROVAL = {
   ],
 };
 
+/** Debian's chromium, headless, with its profile under `dir` (removed with the test's files). */
+function launchChromium(dir: string): Promise<BrowserContext> {
+  return chromium.launchPersistentContext(`${dir}/chromium-profile`, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1360, height: 900 },
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+}
+
 async function shot(page: Page, name: string): Promise<void> {
   if (!SHOTS) return;
   await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: false });
@@ -103,7 +122,7 @@ Deno.test({
     const worker = startOrderWorker(server.url, { ORBIT_TOKEN: TOKEN, ORDER_TRACE: "0" });
     const c = api(server.url, TOKEN);
     const servers: ServerProcess[] = [];
-    let context: Awaited<ReturnType<typeof chromium.launchPersistentContext>> | null = null;
+    let context: BrowserContext | null = null;
     /** What the test was doing, for a failure's message. */
     let stage = "setting up";
     try {
@@ -151,21 +170,7 @@ Deno.test({
       });
       assert.equal(reg.status, 200, JSON.stringify(reg.body));
 
-      context = await chromium.launchPersistentContext(await Deno.makeTempDir(), {
-        executablePath: CHROMIUM,
-        headless: true,
-        viewport: { width: 1360, height: 900 },
-        args: [
-          "--headless",
-          "--no-sandbox",
-          "--disable-gpu",
-          "--disable-quic",
-          "--no-first-run",
-          "--disable-background-networking",
-          "--disable-component-update",
-          "--disable-sync",
-        ],
-      });
+      context = await launchChromium(dir);
       const page = context.pages()[0] ?? await context.newPage();
       const pageErrors: string[] = [];
       page.on("pageerror", (e) => pageErrors.push(e.message));
@@ -380,13 +385,9 @@ Deno.test({
   fn: async () => {
     const dir = await tempDir();
     const server = await startServer({ db: `${dir}/orbit.db` });
-    let context: Awaited<ReturnType<typeof chromium.launchPersistentContext>> | null = null;
+    let context: BrowserContext | null = null;
     try {
-      context = await chromium.launchPersistentContext(await Deno.makeTempDir(), {
-        executablePath: CHROMIUM,
-        headless: true,
-        args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
-      });
+      context = await launchChromium(dir);
       const page = context.pages()[0] ?? await context.newPage();
       page.setDefaultTimeout(10_000);
       // A busy machine, made certain: no animation frame comes, and the console's deferred
