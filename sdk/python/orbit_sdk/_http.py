@@ -30,7 +30,12 @@ class RequestAborted(Exception):
 
 
 class Abort:
-    """Cuts a request in progress from another thread (shuts its socket down)."""
+    """Cuts a request in progress from another thread (shuts its socket down).
+
+    The shutdown happens under the lock that ``_attach(None)`` takes when the request ends:
+    once a request has let go of its socket, an abort can no longer reach it. (Shut down
+    outside the lock, a late abort hit the thread's kept-alive connection while its next
+    request used it.)"""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -40,22 +45,22 @@ class Abort:
     def abort(self) -> None:
         with self._lock:
             self.aborted = True
-            sock = self._sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shutdown(self._sock)
 
     def _attach(self, sock: Optional[socket.socket]) -> None:
         with self._lock:
             self._sock = sock
-            aborted = self.aborted
-        if aborted and sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            if self.aborted:
+                _shutdown(sock)
+
+
+def _shutdown(sock: Optional[socket.socket]) -> None:
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def format_seconds(seconds: float) -> str:
