@@ -109,19 +109,7 @@ function checkStorable(raw: unknown): void {
 /** The request body as JSON checked against `schema`: 400 BAD_JSON, 422 INVALID_REQUEST. */
 export async function body<T extends z.ZodType>(c: Context, schema: T): Promise<z.infer<T>> {
   const text = await c.req.text();
-  let raw: unknown = {};
-  if (text.trim() !== "") {
-    try {
-      raw = JSON.parse(text);
-    } catch (e) {
-      throw new OrbitError(
-        400,
-        "BAD_JSON",
-        `request body is not valid JSON: ${(e as Error).message}`,
-      );
-    }
-  }
-  checkStorable(raw);
+  const raw = text.trim() === "" ? {} : parseJson(text);
   const r = schema.safeParse(raw);
   if (!r.success) {
     throw new OrbitError(422, "INVALID_REQUEST", "request body breaks the contract", {
@@ -133,7 +121,11 @@ export async function body<T extends z.ZodType>(c: Context, schema: T): Promise<
 
 /** The raw JSON body (for documents validated elsewhere). */
 export async function rawJson(c: Context): Promise<unknown> {
-  const text = await c.req.text();
+  return parseJson(await c.req.text());
+}
+
+/** A request body's JSON: 400 BAD_JSON when it is not JSON, checked to be storable. */
+function parseJson(text: string): unknown {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
