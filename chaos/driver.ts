@@ -134,6 +134,8 @@ export interface DriverStats {
   cancels: number;
   /** Longest time with no order finishing while orders were open (ms). */
   longestStallMs: number;
+  /** When that stall began (epoch ms; 0 when there was none): to line it up with the faults. */
+  longestStallFromMs: number;
   /** Requests that never got an answer before their deadline. */
   unanswered: number;
 }
@@ -147,6 +149,7 @@ export class Driver {
     signals: 0,
     cancels: 0,
     longestStallMs: 0,
+    longestStallFromMs: 0,
     unanswered: 0,
   };
   #stopStarting = false;
@@ -167,10 +170,11 @@ export class Driver {
     this.#running.push(this.#flows());
     const stall = setInterval(() => {
       if (this.#open === 0) this.#lastProgress = Date.now();
-      this.stats.longestStallMs = Math.max(
-        this.stats.longestStallMs,
-        Date.now() - this.#lastProgress,
-      );
+      const stalled = Date.now() - this.#lastProgress;
+      if (stalled > this.stats.longestStallMs) {
+        this.stats.longestStallMs = stalled;
+        this.stats.longestStallFromMs = this.#lastProgress;
+      }
     }, 250);
     Promise.all(this.#running).finally(() => clearInterval(stall));
   }

@@ -350,7 +350,11 @@ export function summary(r: ChaosReport): string {
     }${r.check.appends !== null ? ` appends logged=${r.check.appends}` : ""}`,
     `  faults=${r.faultCount} (${
       faults || "none"
-    }); slowest recovery ${r.slowestRecoveryMs} ms; longest stall of orders ${r.driver.longestStallMs} ms`,
+    }); slowest recovery ${r.slowestRecoveryMs} ms; longest stall of orders ${r.driver.longestStallMs} ms${
+      r.driver.longestStallFromMs
+        ? ` (from ${new Date(r.driver.longestStallFromMs).toISOString()})`
+        : ""
+    }`,
     `  requests unanswered before their deadline=${r.driver.unanswered}; violations=${r.violations.length}`,
   ].join("\n");
 }

@@ -126,6 +126,8 @@ export class SharedWorkers implements WorkerService {
   /** Tasks this server handed to workers since it started (health: tasks_claimed). */
   tasksClaimed = 0;
   #contacts = new Map<string, number>();
+  /** When the contact write in flight began (null: none). */
+  #flushStarted: number | null = null;
   #wakers = new Set<() => void>();
   /** The polls of each session in the order they came (see poll). */
   #lines = new Map<string, Array<{ wake: () => void }>>();
@@ -828,12 +830,22 @@ export class SharedWorkers implements WorkerService {
     }
   }
 
+  /**
+   * Writes the contacts seen since the last write (every 250 ms). One write at a time: a write
+   * still waiting (a slow database, a row another server's write holds) is not joined by the
+   * next ones, which would take every request connection of this server; what comes meanwhile
+   * goes with the next write. A write that has not finished within 10 s (a wedged connection)
+   * no longer holds them back.
+   */
   async #flushContacts(): Promise<void> {
     for (const s of this.sessions.values()) {
       if (s.polling > 0) this.#contacts.set(s.session_id, this.opts.now());
     }
     if (this.#contacts.size === 0) return;
-    const batch = [...this.#contacts];
+    const now = this.opts.now();
+    if (this.#flushStarted !== null && now - this.#flushStarted < 10_000) return;
+    const started = this.#flushStarted = now;
+    const batch = [...this.#contacts].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
     this.#contacts.clear();
     try {
       await this.#q(q.TOUCH_SESSIONS, [batch.map(([id, ms]) => ({ id, ms }))]);
@@ -841,6 +853,8 @@ export class SharedWorkers implements WorkerService {
       for (const [id, ms] of batch) {
         this.#contacts.set(id, Math.max(ms, this.#contacts.get(id) ?? 0));
       }
+    } finally {
+      if (this.#flushStarted === started) this.#flushStarted = null;
     }
   }
 

@@ -10,7 +10,7 @@ import { Metrics } from "../lib/metrics.ts";
 import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
-import { REQUEUE_TASK } from "../sql/postgres/shared.ts";
+import { REQUEUE_TASK, TOUCH_SESSIONS } from "../sql/postgres/shared.ts";
 import { Driver, task, workflow } from "../lib/engine/testing.ts";
 import { waitFor } from "../tests/support/server.ts";
 
@@ -568,6 +568,67 @@ Deno.test({
       const tasks = await workers.poll(session, 8, 0);
       assert.deepEqual(tasks.map((t) => t.execution_id), ["e-own"]);
       assert.deepEqual(dispatched, ["e-own"]);
+    } finally {
+      workers.stop();
+      await real.end({ timeout: 5 });
+    }
+  },
+});
+
+Deno.test({
+  name: "session contacts: one write in flight at a time; what comes meanwhile goes with the next",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    // Found by the chaos suite (shared mode, a PostgreSQL restart): every server started a
+    // contact write every 250 ms whether or not the one before had finished; writes waiting for
+    // each other's rows piled up on all four request connections of every server, and claims,
+    // forwards and /v1/ready's node list waited behind them for seconds.
+    const url = await (await sharedPostgres()).createDatabase();
+    await (await openStore(url)).close();
+    const real = postgresClient(url, { max: 4, applicationName: "orbit-test" });
+    let release!: () => void;
+    const held = new Promise<void>((r) => release = r);
+    const writes: unknown[] = [];
+    let inFlight = 0;
+    let most = 0;
+    const sql: SharedWorkersOptions["sql"] = {
+      unsafe: (text, params, options) => {
+        if (text !== TOUCH_SESSIONS) return real.unsafe(text, params, options);
+        writes.push(params?.[0]);
+        inFlight++;
+        most = Math.max(most, inFlight);
+        // The first write waits (a row another server's write holds) until released.
+        const gate = writes.length === 1 ? held : Promise.resolve();
+        return gate.then(() => real.unsafe(text, params, options)).finally(() => inFlight--);
+      },
+    } as SharedWorkersOptions["sql"];
+    const workers = sharedWorkers({ observer: null } as unknown as Executions, sql, "node-1");
+    workers.start();
+    try {
+      const session = await workers.register({
+        worker_id: "w-1",
+        runtime: "typescript",
+        tasks: [{ name: "payments.charge", contract: "1" }],
+        concurrency: 1,
+      });
+      await workers.heartbeat(session, []);
+      await waitFor(() => writes.length === 1, "the first contact write");
+      const first = Date.now();
+      await workers.heartbeat(session, []); // a contact while the first write waits
+      // Eight ticks of the 250 ms writer pass without a second write in flight.
+      await assert.rejects(
+        waitFor(() => writes.length > 1, "a second write while the first waits", 2_000),
+      );
+      assert.equal(most, 1);
+      release();
+      const [second] = await waitFor(
+        () => writes.length > 1 && writes.slice(1),
+        "the write after the first",
+      ) as Array<Array<{ id: string; ms: number }>>;
+      assert.equal(second![0]!.id, session);
+      assert.ok(second![0]!.ms >= first, "the later contact went with the next write");
+      assert.equal(most, 1);
     } finally {
       workers.stop();
       await real.end({ timeout: 5 });

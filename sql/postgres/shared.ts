@@ -731,10 +731,25 @@ export const GET_SESSION = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions WHERE 
 
 export const LIST_SESSIONS = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions ORDER BY created_ms`;
 
-/** Last contacts seen by this server since its last write. Params: $1 [{id, ms}]. */
+/**
+ * Last contacts seen by this server since its last write. Params: $1 [{id, ms}].
+ *
+ * Every server writes the contacts of the sessions it serves, and a worker's slots reach several
+ * servers, so statements of different servers update the same rows. They lock them in one order
+ * (by session id, `ORDER BY … FOR UPDATE` locks after sorting): in the order of each server's
+ * list, two statements could each hold a row the other waits for, a deadlock that PostgreSQL
+ * breaks only after `deadlock_timeout` (1 s) — and after a database restart, when every server
+ * writes at once, one such wait after another held every request connection of every server
+ * for seconds (chaos, shared mode).
+ */
 export const TOUCH_SESSIONS = `
-UPDATE orbit_sessions s SET last_contact_ms = greatest(s.last_contact_ms, t.ms)
-FROM jsonb_to_recordset($1::jsonb) AS t(id text, ms bigint) WHERE s.session_id = t.id`;
+WITH t AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS t(id text, ms bigint)),
+l AS MATERIALIZED (
+  SELECT s.session_id, t.ms FROM orbit_sessions s JOIN t ON t.id = s.session_id
+  ORDER BY s.session_id FOR UPDATE OF s
+)
+UPDATE orbit_sessions s SET last_contact_ms = greatest(s.last_contact_ms, l.ms)
+FROM l WHERE s.session_id = l.session_id`;
 
 /** Last contact of the sessions holding an owner's attempts. Params: $1 ids. */
 export const SESSION_CONTACTS = `
@@ -743,6 +758,14 @@ SELECT session_id, last_contact_ms FROM orbit_sessions WHERE session_id = ANY ($
 /** Params: $1 session_id. */
 export const DELETE_SESSION = "DELETE FROM orbit_sessions WHERE session_id = $1 RETURNING 1";
 
-/** Sessions silent for longer than $1 ms before $2 (now): removed by whoever sees them. */
+/**
+ * Sessions silent for longer than $1 ms before $2 (now): removed by whoever sees them. Rows are
+ * locked in session id order, as TOUCH_SESSIONS locks them; one written meanwhile is checked
+ * again after the wait and kept.
+ */
 export const EXPIRE_SESSIONS = `
-DELETE FROM orbit_sessions WHERE last_contact_ms < $2::bigint - $1::bigint RETURNING session_id`;
+DELETE FROM orbit_sessions s USING (
+  SELECT session_id FROM orbit_sessions WHERE last_contact_ms < $2::bigint - $1::bigint
+  ORDER BY session_id FOR UPDATE
+) e
+WHERE s.session_id = e.session_id RETURNING s.session_id`;
