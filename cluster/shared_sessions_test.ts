@@ -6,16 +6,14 @@
  */
 import assert from "node:assert/strict";
 import type postgres from "postgres";
-import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
-import { sharedPostgres } from "../tests/support/pg.ts";
+import { migratedDatabase } from "../tests/support/pg.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { EXPIRE_SESSIONS, INSERT_SESSION, TOUCH_SESSIONS } from "../sql/postgres/shared.ts";
 
 /** A migrated database, three one-connection clients (A, B, and C to watch) and sessions. */
 async function setup(sessions: string[]) {
-  const url = await (await sharedPostgres()).createDatabase();
-  await (await openStore(url)).close();
+  const url = await migratedDatabase();
   const client = (name: string) => postgresClient(url, { max: 1, applicationName: name });
   const a = client("orbit-test-a");
   const b = client("orbit-test-b");

@@ -7,9 +7,8 @@ import { SharedWorkers, type SharedWorkersOptions } from "./shared_workers.ts";
 import type postgres from "postgres";
 import type { Executions } from "../lib/executions.ts";
 import { Metrics } from "../lib/metrics.ts";
-import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
-import { sharedPostgres } from "../tests/support/pg.ts";
+import { migratedDatabase } from "../tests/support/pg.ts";
 import { REQUEUE_TASK, TOUCH_SESSIONS } from "../sql/postgres/shared.ts";
 import { Driver, task, workflow } from "../lib/engine/testing.ts";
 import { waitFor } from "../tests/support/server.ts";
@@ -61,8 +60,7 @@ Deno.test({
     // queue with the first delivery's payload; the attempt was then marked uncertain, and the
     // stale row's next claim recorded StepDispatched with redelivery: true while the worker
     // was told redelivery: false.
-    const url = await (await sharedPostgres()).createDatabase();
-    await (await openStore(url)).close();
+    const url = await migratedDatabase();
     const sql = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     const dispatches: unknown[] = [];
     const executions = {
@@ -125,8 +123,7 @@ const B = "node-b";
 
 /** A SharedWorkers on node A over a fresh database, with the engine faked. */
 async function claimSetup() {
-  const url = await (await sharedPostgres()).createDatabase();
-  await (await openStore(url)).close();
+  const url = await migratedDatabase();
   const sql = postgresClient(url, { max: 2, applicationName: "orbit-test" });
   const dispatched: string[] = [];
   const executions = {
@@ -290,8 +287,7 @@ Deno.test({
     // Found by the end-to-end test that restarts PostgreSQL under the cluster: the dispatch
     // commit failed (ECONNRESET), and so did putting its row back on the queue; the row stayed
     // claimed by a live node, which only a takeover looks at, and the order never moved again.
-    const url = await (await sharedPostgres()).createDatabase();
-    await (await openStore(url)).close();
+    const url = await migratedDatabase();
     const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     let refuse = 2;
     const sql = intercept(real, (text) => {
@@ -346,8 +342,7 @@ Deno.test({
     // A worker holds one poll per concurrency slot. With every waiting poll re-checking every
     // second and on every notification, an idle worker of concurrency N cost N claim
     // statements per second per server.
-    const url = await (await sharedPostgres()).createDatabase();
-    await (await openStore(url)).close();
+    const url = await migratedDatabase();
     const real = postgresClient(url, { max: 4, applicationName: "orbit-test" });
     let claims = 0;
     const sql = intercept(real, (text) => {
@@ -415,8 +410,7 @@ Deno.test({
     // leaves the next is woken to look again. A poll set aside for a start's first task woken
     // so ended its wait; the task dispatched to it in the start's commit found no poll of the
     // session waiting and was redelivered (StepAttemptUncertain) although its worker was there.
-    const url = await (await sharedPostgres()).createDatabase();
-    await (await openStore(url)).close();
+    const url = await migratedDatabase();
     const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     let claims = 0;
     const sql = intercept(real, () => {}, (text) => {
@@ -478,8 +472,7 @@ Deno.test({
     // execution owned here stayed claimed for a worker that never received it. The history
     // showed the step queued, so neither a claim nor a take handed it out again: the order
     // never finished.
-    const url = await (await sharedPostgres()).createDatabase();
-    await (await openStore(url)).close();
+    const url = await migratedDatabase();
     const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     const forwards: unknown[] = [];
     const dispatched: string[] = [];
@@ -584,8 +577,7 @@ Deno.test({
     // contact write every 250 ms whether or not the one before had finished; writes waiting for
     // each other's rows piled up on all four request connections of every server, and claims,
     // forwards and /v1/ready's node list waited behind them for seconds.
-    const url = await (await sharedPostgres()).createDatabase();
-    await (await openStore(url)).close();
+    const url = await migratedDatabase();
     const real = postgresClient(url, { max: 4, applicationName: "orbit-test" });
     let release!: () => void;
     const held = new Promise<void>((r) => release = r);

@@ -30,6 +30,7 @@
  *   removes the directory. The watchdog ends by itself once the directory is gone.
  */
 import postgres from "postgres";
+import { openStore } from "../../lib/store/open.ts";
 
 export interface PgServer {
   /** `postgres://postgres@127.0.0.1:PORT/postgres` (the maintenance database). */
@@ -382,6 +383,13 @@ export function sharedPostgres(): Promise<PgServer> {
     shared.catch(() => shared = null);
   }
   return shared;
+}
+
+/** A fresh database on the shared server with ORBIT's migrations applied (the store's own). */
+export async function migratedDatabase(): Promise<string> {
+  const url = await (await sharedPostgres()).createDatabase();
+  await (await openStore(url)).close();
+  return url;
 }
 
 /** Stops the shared server now (it is also stopped when the process exits). */
