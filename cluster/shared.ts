@@ -35,14 +35,14 @@ import type { ExecutionState } from "../lib/engine/state.ts";
 import { liveTokens, stepOfToken } from "../lib/engine/state.ts";
 import { type Ownership, type RemoteCommands, rowOf } from "../lib/executions.ts";
 import { unitOf } from "../lib/shared_changes.ts";
-import { OrbitError } from "../lib/errors.ts";
+import { OrbitError, storageError, storageFailure } from "../lib/errors.ts";
 import { log } from "../lib/log.ts";
 import { settledBy, TimeoutError, withTimeout } from "../lib/with_timeout.ts";
 import type { Runtime, RuntimeOptions } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { WatchedClient } from "../lib/store/watched_client.ts";
-import type { ExecutionRow, Store } from "../lib/store/store.ts";
+import { type ExecutionRow, InboxGoneError, type Store } from "../lib/store/store.ts";
 import type { EagerSession, TaskPayload } from "../lib/workers.ts";
 
 import * as q from "../sql/postgres/shared.ts";
@@ -54,6 +54,10 @@ const TAKEOVER_BATCH = 100;
 /** Failed takeover batches kept for #recoverTakeovers (one a tick at most). */
 const LOST_TAKEOVERS_MAX = 1000;
 const FORWARD_WAIT_MS = 10_000;
+/** How long a forward whose entry the owner deleted (applied or answered) waits for the reply. */
+const FORWARD_LATE_REPLY_MS = 2_000;
+/** Replies that came with no waiter, kept for one that registers late (SharedNode.#early). */
+const EARLY_REPLIES_MAX = 1_000;
 /** A graceful leave's statement, per connection tried (SharedNode.#leave). */
 const LEAVE_WAIT_MS = 1_000;
 /**
@@ -449,7 +453,13 @@ export class SharedNode implements ClusterView, RemoteCommands {
         const r = JSON.parse(payload.slice(sp + 1)) as Reply;
         const waiter = this.#replies.get(r.seq);
         if (waiter) waiter(r);
-        else this.#early.set(r.seq, r);
+        else {
+          // Before its waiter (rare), or after the waiter gave up: kept, the oldest dropped.
+          this.#early.set(r.seq, r);
+          if (this.#early.size > EARLY_REPLIES_MAX) {
+            this.#early.delete(this.#early.keys().next().value!);
+          }
+        }
       } catch { /* not ours */ }
     });
   }
@@ -982,6 +992,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
         // Owned here: should it leave memory meanwhile (--cache-executions), it loads again.
         r = await ex.command(e.execution_id, cmd, take?.follow, [e.seq], true);
       } catch (err) {
+        if (err instanceof InboxGoneError) {
+          // Withdrawn by the server that forwarded it (it has answered its client), or applied
+          // by an earlier commit that landed: nothing was written, nothing to answer.
+          this.#markApplied(e.seq);
+          return;
+        }
         if (err instanceof OrbitError && err.status < 500) {
           await this.#finish(e, { error: errorOf(err) });
         }
@@ -1145,10 +1161,18 @@ export class SharedNode implements ClusterView, RemoteCommands {
     if (!waits) return { accepted: true };
     let reply = await this.#awaitReply(seq, FORWARD_WAIT_MS);
     if (!reply) {
-      // Withdraw the entry: then it is certain it will never be applied, and a retry is safe.
-      const withdrawn = await this.#sql("req")(q.DELETE_INBOX, [seq]).catch(() => []);
-      if (withdrawn.length === 0) reply = await this.#awaitReply(seq, 2000);
-      if (!reply) {
+      // Withdraw the entry: once it is deleted here, the owner's commit of it cannot land
+      // (COMMIT_OWNED locks its entries and writes nothing for one gone), so a retry is safe.
+      let withdrawn: number;
+      try {
+        withdrawn = (await this.#sql("req")(q.DELETE_INBOX, [seq])).length;
+      } catch (err) {
+        // The entry may still be there, and be applied later: not "nothing was applied".
+        throw storageFailure(err) ?? storageError(err);
+      }
+      // Gone already: the owner applied or answered it; its reply is on its way (or was lost).
+      if (withdrawn === 0) reply = await this.#awaitReply(seq, FORWARD_LATE_REPLY_MS);
+      if (!reply && withdrawn > 0) {
         throw new OrbitError(
           503,
           "OWNER_UNAVAILABLE",
@@ -1157,6 +1181,16 @@ export class SharedNode implements ClusterView, RemoteCommands {
             "--node-timeout); nothing was applied, retry",
           { owner_node: o.node_id, retry_after_s: 1 },
           { "retry-after": "1" },
+        );
+      }
+      if (!reply) {
+        throw new OrbitError(
+          500,
+          "STORAGE_ERROR",
+          `STORAGE_ERROR: execution ${id} is owned by node \`${o.node_id}\`, which took the ` +
+            "request but whose answer was lost: it may have been applied; read the execution " +
+            "(its history) before retrying",
+          { owner_node: o.node_id },
         );
       }
     }

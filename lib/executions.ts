@@ -31,6 +31,7 @@ import {
   DuplicateExecutionError,
   type ExecutionRow,
   FencedError,
+  InboxGoneError,
   type Store,
   TaskTakenError,
   type WakingRow,
@@ -486,8 +487,9 @@ export class Executions {
         // Memory stays as it was: the engine changes state only after a commit. The commit
         // may have landed all the same; the execution is rebuilt from history before it
         // moves again. Fenced in shared mode: another node owns it, memory lets it go. A task
-        // taken by another server: nothing was written, memory is right.
-        if (e instanceof TaskTakenError) throw e;
+        // taken by another server, or an inbox entry gone: nothing was written, memory is
+        // right.
+        if (e instanceof TaskTakenError || e instanceof InboxGoneError) throw e;
         if (!(e instanceof FencedError)) this.#markSuspect(id);
         else this.#fenced(id, e);
         throw storageError(e);

@@ -42,6 +42,7 @@ import {
   type ExecutionPage,
   type ExecutionRow,
   FencedError,
+  InboxGoneError,
   type ListExecutionsQuery,
   ownerFencedError,
   type ScheduleAdvance,
@@ -420,6 +421,7 @@ class PostgresStore implements Store {
       fenced: Array<{ execution_id: string; node_id: string | null; epoch: number | null }>;
       queued: number;
       lost: string[];
+      withdrawn: string[];
     }[];
     try {
       const { text, params } = ownedCommit(items, rows, events);
@@ -433,8 +435,17 @@ class PostgresStore implements Store {
       const held = rows.find((r) => r.execution_id === f.execution_id)?.owner_epoch ?? 0;
       fenced.set(f.execution_id, ownerFencedError(f.execution_id, f, held));
     }
-    const lost = new Map<string, TaskTakenError>();
+    const lost = new Map<string, TaskTakenError | InboxGoneError>();
+    for (const id of result[0]?.withdrawn ?? []) {
+      lost.set(
+        id,
+        new InboxGoneError(
+          `execution \`${id}\`: an inbox entry it applied is gone (withdrawn, or applied already)`,
+        ),
+      );
+    }
     for (const id of result[0]?.lost ?? []) {
+      if (lost.has(id)) continue;
       lost.set(
         id,
         new TaskTakenError(

@@ -7,7 +7,13 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { sharedPostgres } from "../../tests/support/pg.ts";
 import { openPostgresStore, postgresClient } from "./postgres.ts";
-import type { AppendItem, SharedAppend, Store } from "./store.ts";
+import {
+  type AppendItem,
+  type CommitResult,
+  InboxGoneError,
+  type SharedAppend,
+  type Store,
+} from "./store.ts";
 import { appendItem, createItem } from "./store_conformance.ts";
 import {
   claimTasks,
@@ -60,14 +66,14 @@ function task(execution_id: string, run_id: string, unit: string, enqueued_ms = 
 
 /** A migrated store on a fresh database and a plain connection to it, both closed after `fn`. */
 async function withStore(
-  fn: (store: Store, sql: postgres.Sql) => Promise<void>,
+  fn: (store: Store, sql: postgres.Sql, url: string) => Promise<void>,
 ): Promise<void> {
   const url = await (await sharedPostgres()).createDatabase();
   const store = await openPostgresStore(url);
   const sql = postgres(url, { max: 1, onnotice: () => {} });
   try {
     await store.migrate();
-    await fn(store, sql);
+    await fn(store, sql, url);
   } finally {
     await sql.end();
     await store.close();
@@ -148,6 +154,82 @@ Deno.test("postgres shared commit: the terminal status deletes the ownership row
     assert.equal((await sql`SELECT count(*)::int AS n FROM orbit_owners`)[0]!.n, 0);
     assert.equal((await sql`SELECT count(*)::int AS n FROM orbit_tasks`)[0]!.n, 0);
     assert.equal((await sql`SELECT count(*)::int AS n FROM orbit_inbox`)[0]!.n, 0);
+  }));
+
+Deno.test("postgres shared commit: an append whose inbox entry is gone writes nothing of its execution, the rest commits", () =>
+  withStore(async (store, sql) => {
+    const a = createItem("a");
+    const b = createItem("b");
+    await store.commit([owned(a, "n1", 1), owned(b, "n1", 1)]);
+    await sql`INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms)
+            VALUES ('n1', 'a', 'signal', '{}', 1), ('n1', 'b', 'signal', '{}', 1)`;
+    const [ea, eb] = (await sql`SELECT seq FROM orbit_inbox ORDER BY seq`).map((r) =>
+      Number(r.seq)
+    );
+    // a's entry withdrawn by the server that forwarded it (it answered "nothing was applied").
+    await sql`DELETE FROM orbit_inbox WHERE seq = ${ea!}`;
+    const a2 = appendItem(a.row, 1);
+    const b2 = appendItem(b.row, 2);
+    const r = await store.commit([
+      owned(a2, "n1", 1, { inbox: [ea!] }),
+      owned(b2, "n1", 1, { inbox: [eb!] }),
+    ]);
+    const lost = (r as CommitResult).lost!;
+    assert.deepEqual([...lost.keys()], ["a"]);
+    assert.ok(lost.get("a") instanceof InboxGoneError);
+    assert.equal((r as CommitResult).fenced?.size ?? 0, 0);
+    assert.equal((await store.readHistory(a.row.run_id, 0, 10)).length, 1);
+    assert.deepEqual(await store.getExecution("a"), a.row);
+    assert.equal((await store.readHistory(b.row.run_id, 0, 10)).length, 3);
+    assert.equal((await sql`SELECT count(*)::int AS n FROM orbit_inbox`)[0]!.n, 0);
+    // Applied again (an earlier commit of it landed although it reported an error): the same.
+    const again = await store.commit([owned(appendItem(b2.row, 1), "n1", 1, { inbox: [eb!] })]);
+    assert.deepEqual([...(again as CommitResult).lost!.keys()], ["b"]);
+    assert.equal((await store.readHistory(b.row.run_id, 0, 10)).length, 3);
+  }));
+
+Deno.test("postgres shared commit: a withdrawal waits for the commit that holds its entry, then finds it gone", () =>
+  withStore(async (store, sql, url) => {
+    const a = createItem("a");
+    await store.commit([owned(a, "n1", 1)]);
+    await sql`INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms)
+            VALUES ('n1', 'a', 'signal', '{}', 1)`;
+    const [e] = (await sql`SELECT seq FROM orbit_inbox`).map((r) => Number(r.seq));
+    // The execution's row locked elsewhere: the commit locks its entry (before it writes
+    // anything), writes the events, then waits for the row.
+    const blocker = postgres(url, { max: 1, onnotice: () => {} });
+    const withdrawer = postgres(url, { max: 1, onnotice: () => {} });
+    let release!: () => void;
+    const released = new Promise<void>((r) => release = r);
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => locked = r);
+    const held = blocker.begin(async (tx) => {
+      await tx`SELECT 1 FROM workflow_executions WHERE execution_id = 'a' FOR UPDATE`;
+      locked();
+      await released;
+    });
+    const waiting = async (n: number) => {
+      const [w] = await sql`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`;
+      return w!.n >= n;
+    };
+    try {
+      await isLocked;
+      const commit = store.commit([owned(appendItem(a.row, 1), "n1", 1, { inbox: [e!] })]);
+      await waitFor(() => waiting(1), "the commit to wait for the row", 10_000, 20);
+      const withdraw = withdrawer`DELETE FROM orbit_inbox WHERE seq = ${e!} RETURNING seq`
+        .execute();
+      await waitFor(() => waiting(2), "the withdrawal to wait for the entry", 10_000, 20);
+      release();
+      await held;
+      const r = await commit;
+      assert.equal((r as CommitResult).lost?.size ?? 0, 0);
+      assert.equal((await withdraw).length, 0, "the withdrawal finds the entry applied");
+      assert.equal((await store.readHistory(a.row.run_id, 0, 10)).length, 2);
+    } finally {
+      release();
+      await blocker.end({ timeout: 1 });
+      await withdrawer.end({ timeout: 1 });
+    }
   }));
 
 Deno.test("postgres shared commit: a create of an existing id is a DuplicateExecutionError and writes nothing", async () => {

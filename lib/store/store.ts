@@ -126,8 +126,11 @@ export interface TaskTake {
  */
 export interface CommitResult {
   fenced?: Map<string, FencedError>;
-  /** Appends whose queued task another server claimed first (shared mode). */
-  lost?: Map<string, TaskTakenError>;
+  /**
+   * Appends refused alone, nothing of them written (shared mode): a queued task another server
+   * claimed first, or an inbox entry gone.
+   */
+  lost?: Map<string, TaskTakenError | InboxGoneError>;
 }
 
 export interface ListExecutionsQuery {
@@ -155,6 +158,16 @@ export class FencedError extends Error {
  */
 export class TaskTakenError extends Error {
   override name = "TaskTakenError";
+}
+
+/**
+ * Shared mode: an append that applied inbox entries was not written, because one of its
+ * entries was gone: withdrawn by the server that forwarded it (it waited 10 s for the reply,
+ * then answered that nothing was applied), or deleted by an earlier commit of the same entry
+ * that reported an error but landed. Nothing of the append was written; memory stays as it was.
+ */
+export class InboxGoneError extends Error {
+  override name = "InboxGoneError";
 }
 
 /** The FencedError of an append to an execution this node no longer owns (shared mode). */

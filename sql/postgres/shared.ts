@@ -108,6 +108,32 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
   } else if (parts.take) {
     cte.push(`owned AS (SELECT execution_id FROM item)`);
   }
+  // The executions whose part may be written so far: owned (or created), then less those with
+  // an inbox entry gone, then less lost takes (ok).
+  let base = parts.update || parts.take ? "owned" : "item";
+  if (parts.inbox) {
+    // The entries this commit applies, locked first: one withdrawn meanwhile (the forwarding
+    // server gave up waiting and deleted it, then answered "nothing was applied") or applied
+    // by an earlier commit that landed is not returned, and its execution's part is not
+    // written (`withdrawn`). A withdrawal that comes later waits for this commit, then finds
+    // the entry gone and awaits the reply.
+    cte.push(`inbox_list AS (
+  SELECT * FROM jsonb_to_recordset(${p("inbox")}) AS x(execution_id text, seq bigint)
+)`);
+    cte.push(`inbox_held AS MATERIALIZED (
+  SELECT seq FROM orbit_inbox WHERE seq = ANY (ARRAY(SELECT seq FROM inbox_list))
+  FOR UPDATE
+)`);
+    cte.push(`held AS (
+  SELECT b.execution_id FROM ${base} b WHERE NOT EXISTS (
+    SELECT 1 FROM inbox_list x WHERE x.execution_id = b.execution_id
+      AND x.seq NOT IN (SELECT seq FROM inbox_held))
+)`);
+    base = "held";
+  }
+  // The items written: those owned (and every create), less withdrawn inbox entries and lost
+  // takes.
+  const ok = parts.take ? "ok" : base;
   if (parts.take) {
     cte.push(`take AS (
   SELECT * FROM jsonb_to_recordset(${p("take")}) AS k(execution_id text, unit text, token text,
@@ -118,7 +144,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     claimed_by = k.claimed_by, claimed_ms = k.claimed_ms
   FROM take k
   WHERE t.unit = ANY (ARRAY(
-      SELECT unit FROM take WHERE execution_id IN (SELECT execution_id FROM owned)))
+      SELECT unit FROM take WHERE execution_id IN (SELECT execution_id FROM ${base})))
     AND t.unit = k.unit AND (t.state = 'queued') IS TRUE
     AND (SELECT min(x.enqueued_ms) FROM orbit_tasks x
          WHERE x.state = 'queued' AND x.task_name = t.task_name
@@ -128,14 +154,12 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     // A take is lost when its row was neither claimed here nor claimed for this dispatch
     // already (every sub-statement reads the snapshot from before `took`).
     cte.push(`ok AS (
-  SELECT o.execution_id FROM owned o WHERE NOT EXISTS (
+  SELECT o.execution_id FROM ${base} o WHERE NOT EXISTS (
     SELECT 1 FROM take k WHERE k.execution_id = o.execution_id
       AND NOT EXISTS (SELECT 1 FROM took WHERE took.token = k.token)
       AND k.token IS DISTINCT FROM (SELECT t.token FROM orbit_tasks t WHERE t.unit = k.unit))
 )`);
   }
-  // The items written: those owned (and every create), less lost takes.
-  const ok = parts.take ? "ok" : parts.update ? "owned" : "item";
   cte.push(`ev AS (
   INSERT INTO execution_events (run_id, seq, execution_id, type, time_ms, data)
   SELECT e.run_id, (e.data->>'seq')::bigint, e.execution_id, e.data->>'type',
@@ -244,9 +268,8 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
   }
   if (parts.inbox) {
     cte.push(`inbox_done AS (
-  DELETE FROM orbit_inbox WHERE seq IN (
-    SELECT x.seq FROM jsonb_to_recordset(${p("inbox")}) AS x(execution_id text, seq bigint)
-    WHERE x.execution_id IN (SELECT execution_id FROM ${ok}))
+  DELETE FROM orbit_inbox WHERE seq = ANY (ARRAY(
+    SELECT x.seq FROM inbox_list x WHERE x.execution_id IN (SELECT execution_id FROM ${ok})))
   RETURNING 1
 )`);
   }
@@ -269,10 +292,16 @@ SELECT (SELECT count(*) FROM ev) AS events,
   } AS fenced,
   ${
     parts.take
-      ? `(SELECT coalesce(json_agg(o.execution_id), '[]'::json) FROM owned o
+      ? `(SELECT coalesce(json_agg(o.execution_id), '[]'::json) FROM ${base} o
    WHERE o.execution_id NOT IN (SELECT execution_id FROM ${ok}))`
       : "'[]'::json"
-  } AS lost`;
+  } AS lost,
+  ${
+    parts.inbox
+      ? `(SELECT coalesce(json_agg(DISTINCT x.execution_id), '[]'::json) FROM inbox_list x
+   WHERE x.seq NOT IN (SELECT seq FROM inbox_held))`
+      : "'[]'::json"
+  } AS withdrawn`;
 }
 
 /**
@@ -303,6 +332,12 @@ SELECT (SELECT count(*) FROM ev) AS events,
  *   server's claim won: its lock made this UPDATE wait, then skip the row), or that yields to
  *   an older row, is `lost`: nothing of that execution is written, the others commit, and the
  *   store raises TaskTakenError for it.
+ * - `inbox`: the entries the batch applies are locked (`FOR UPDATE`) before anything is
+ *   written, and deleted with the events they caused. An execution whose entry is gone (the
+ *   forwarding server withdrew it after waiting 10 s and answered that nothing was applied, or
+ *   an earlier commit that reported an error had landed and deleted it) is `withdrawn`:
+ *   nothing of it is written, and the store raises InboxGoneError for it. A withdrawal that
+ *   comes while this statement holds the entry waits for it, then finds the entry gone.
  *
  * - Ownership and task rows are found through their unique indexes (`execution_id`, `unit`,
  *   `token`) from arrays built first (`= ANY (ARRAY(…))`). Joined with the parameters instead
