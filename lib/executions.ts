@@ -253,7 +253,9 @@ export class Executions {
     else if (prev && steady(prev, next, item.wake_at_ms!)) item.steady = true;
     const own = this.opts.ownership;
     if (own) {
+      // A child is created at its parent's epoch: the commit checks the parent's row at it.
       const epoch = own.epochs.get(next.execution_id) ??
+        (next.parent_id !== null ? own.epochs.get(next.parent_id) : undefined) ??
         (next.root_id !== next.execution_id ? own.epochs.get(next.root_id) : undefined) ?? 1;
       const changes = sharedChanges(prev, next, events, now);
       for (const t of changes.enqueue) if (t.claimed) t.claimed.node_id = own.nodeId;

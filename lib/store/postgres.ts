@@ -34,6 +34,7 @@ import { log } from "../log.ts";
 import { WatchedClient } from "./watched_client.ts";
 import {
   type AppendItem,
+  childFencedError,
   type CommitResult,
   decodeListCursor,
   type DefinitionRow,
@@ -214,6 +215,7 @@ function ownedCommit(
   const lists = { enqueue, gone, cancel, done, inbox, take };
   const parts = {
     create: rows.some((r) => r.is_create),
+    child: rows.some((r) => r.is_create && r.parent_id !== null),
     update: rows.some((r) => !r.is_create),
     close: rows.some((r) => !r.is_create && isClosed(r.status)),
   } as CommitOwnedParts;
@@ -418,7 +420,12 @@ class PostgresStore implements Store {
     events: CommitEventParam[],
   ): Promise<CommitResult> {
     let result: {
-      fenced: Array<{ execution_id: string; node_id: string | null; epoch: number | null }>;
+      fenced: Array<{
+        execution_id: string;
+        node_id: string | null;
+        epoch: number | null;
+        parent_id: string | null;
+      }>;
       queued: number;
       lost: string[];
       withdrawn: string[];
@@ -433,7 +440,12 @@ class PostgresStore implements Store {
     const fenced = new Map<string, FencedError>();
     for (const f of result[0]?.fenced ?? []) {
       const held = rows.find((r) => r.execution_id === f.execution_id)?.owner_epoch ?? 0;
-      fenced.set(f.execution_id, ownerFencedError(f.execution_id, f, held));
+      fenced.set(
+        f.execution_id,
+        f.parent_id === null
+          ? ownerFencedError(f.execution_id, f, held)
+          : childFencedError(f.execution_id, f.parent_id, f, held),
+      );
     }
     const lost = new Map<string, TaskTakenError | InboxGoneError>();
     for (const id of result[0]?.withdrawn ?? []) {

@@ -27,6 +27,7 @@ import {
   READ_INBOX,
   SHARED_CONNECTION_SETTINGS,
   TAKE_CANCELLED,
+  TAKE_OVER,
   TASKS_OF,
 } from "../../sql/postgres/shared.ts";
 import { waitFor } from "../../tests/support/server.ts";
@@ -230,6 +231,37 @@ Deno.test("postgres shared commit: a withdrawal waits for the commit that holds 
       await blocker.end({ timeout: 1 });
       await withdrawer.end({ timeout: 1 });
     }
+  }));
+
+Deno.test("postgres shared commit: a child is created only by its parent's owner at the parent's epoch", () =>
+  withStore(async (store, sql) => {
+    const root = createItem("r");
+    await store.commit([owned(root, "n1", 1)]);
+    // n2 took the tree over (n1 stopped heartbeating); n1 has not noticed yet.
+    await sql.unsafe(TAKE_OVER, ["n2", ["r"], "n1", 5]);
+    const child = createItem("r/c", { root_id: "r", parent_id: "r" });
+    const other = createItem("x");
+    const r = await store.commit([owned(child, "n1", 1), owned(other, "n1", 1)]) as CommitResult;
+    assert.deepEqual([...r.fenced!.keys()], ["r/c"]);
+    assert.match(
+      r.fenced!.get("r/c")!.message,
+      /^fenced: child execution `r\/c` not created: its parent `r` is owned by node `n2` at epoch 2; this node held epoch 1$/,
+    );
+    assert.equal(await store.getExecution("r/c"), null);
+    assert.deepEqual(await store.getExecution("x"), other.row);
+    // The same node at an epoch it no longer holds (a restart under its id bumped them).
+    const stale = await store.commit([owned(child, "n2", 1)]) as CommitResult;
+    assert.deepEqual([...stale.fenced!.keys()], ["r/c"]);
+    // The owner at its epoch: created, owned with its root.
+    const ok = await store.commit([owned(child, "n2", 2)]) as CommitResult;
+    assert.equal(ok.fenced?.size ?? 0, 0);
+    const owners = await sql`SELECT execution_id, root_id, node_id, epoch::int FROM orbit_owners
+      ORDER BY execution_id`;
+    assert.deepEqual(owners.map((o) => [o.execution_id, o.root_id, o.node_id, o.epoch]), [
+      ["r", "r", "n2", 2],
+      ["r/c", "r", "n2", 2],
+      ["x", "x", "n1", 1],
+    ]);
   }));
 
 Deno.test("postgres shared commit: a create of an existing id is a DuplicateExecutionError and writes nothing", async () => {

@@ -170,6 +170,21 @@ export class InboxGoneError extends Error {
   override name = "InboxGoneError";
 }
 
+/** The FencedError of a child's create whose parent this node no longer owns (shared mode). */
+export function childFencedError(
+  executionId: string,
+  parentId: string,
+  owner: { node_id: string | null; epoch: number | null },
+  held: number,
+): FencedError {
+  const by = owner.node_id === null
+    ? "is owned by no node"
+    : `is owned by node \`${owner.node_id}\` at epoch ${owner.epoch}`;
+  return new FencedError(
+    `fenced: child execution \`${executionId}\` not created: its parent \`${parentId}\` ${by}; this node held epoch ${held}`,
+  );
+}
+
 /** The FencedError of an append to an execution this node no longer owns (shared mode). */
 export function ownerFencedError(
   executionId: string,

@@ -26,6 +26,8 @@ export const DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 export interface CommitOwnedParts {
   /** An item creates its execution. */
   create: boolean;
+  /** An item creates a child (its parent's ownership is checked). */
+  child: boolean;
   /** An item appends to an existing execution (its ownership is checked). */
   update: boolean;
   /** An existing execution closes (its ownership row goes). */
@@ -50,6 +52,7 @@ export const COMMIT_OWNED_LISTS = [
 
 const ALL_PARTS: CommitOwnedParts = {
   create: true,
+  child: true,
   update: true,
   close: true,
   enqueue: true,
@@ -101,16 +104,36 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
   WHERE o.execution_id = ANY (ARRAY(SELECT execution_id FROM item WHERE NOT is_create))
   FOR SHARE
 )`);
+  }
+  if (parts.child) {
+    // A child is created by the owner of its parent (children are owned with their root):
+    // the parent's row must name this node at the epoch the child is given.
+    cte.push(`parent_own AS (
+  SELECT o.execution_id, o.node_id, o.epoch FROM orbit_owners o
+  WHERE o.execution_id = ANY (ARRAY(SELECT parent_id FROM item WHERE is_create))
+  FOR SHARE
+)`);
+  }
+  if (parts.update || parts.child) {
+    const create = parts.child
+      ? `i.is_create AND (i.parent_id IS NULL OR EXISTS (SELECT 1 FROM parent_own p
+      WHERE p.execution_id = i.parent_id AND p.node_id = i.owner_node
+        AND p.epoch = i.owner_epoch))`
+      : "i.is_create";
     cte.push(`owned AS (
-  SELECT i.execution_id FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
-  WHERE i.is_create OR (o.node_id = i.owner_node AND o.epoch = i.owner_epoch)
+  SELECT i.execution_id FROM item i${
+      parts.update ? " LEFT JOIN own o ON o.execution_id = i.execution_id" : ""
+    }
+  WHERE (${create})${
+      parts.update ? " OR (o.node_id = i.owner_node AND o.epoch = i.owner_epoch)" : ""
+    }
 )`);
   } else if (parts.take) {
     cte.push(`owned AS (SELECT execution_id FROM item)`);
   }
   // The executions whose part may be written so far: owned (or created), then less those with
   // an inbox entry gone, then less lost takes (ok).
-  let base = parts.update || parts.take ? "owned" : "item";
+  let base = parts.update || parts.child || parts.take ? "owned" : "item";
   if (parts.inbox) {
     // The entries this commit applies, locked first: one withdrawn meanwhile (the forwarding
     // server gave up waiting and deleted it, then answered "nothing was applied") or applied
@@ -174,13 +197,15 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
   if (parts.create) {
     cte.push(`created AS (
   INSERT INTO workflow_executions (${EXECUTION_COLUMNS}, wake_at_ms)
-  SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item WHERE is_create
+  SELECT ${EXECUTION_COLUMNS}, wake_at_ms FROM item
+  WHERE is_create AND execution_id IN (SELECT execution_id FROM ${ok})
   RETURNING 1
 )`);
     cte.push(`owner_in AS (
   INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
   SELECT execution_id, root_id, owner_node, owner_epoch, updated_ms FROM item
   WHERE is_create AND status IN ('running', 'continued')
+    AND execution_id IN (SELECT execution_id FROM ${ok})
   RETURNING 1
 )`);
     written.push("(SELECT count(*) FROM created)");
@@ -282,14 +307,7 @@ SELECT (SELECT count(*) FROM ev) AS events,
   ${sum(tasks)} AS tasks,
   ${parts.inbox ? "(SELECT count(*) FROM inbox_done)" : "0"} AS inbox,
   ${parts.enqueue ? "(SELECT count(*) FROM task_in WHERE queued)" : "0"} AS queued,
-  ${
-    parts.update
-      ? `(SELECT coalesce(json_agg(json_build_object('execution_id', i.execution_id,
-     'node_id', o.node_id, 'epoch', o.epoch)), '[]'::json)
-   FROM item i LEFT JOIN own o ON o.execution_id = i.execution_id
-   WHERE NOT i.is_create AND i.execution_id NOT IN (SELECT execution_id FROM owned))`
-      : "'[]'::json"
-  } AS fenced,
+  ${fencedColumn(parts)} AS fenced,
   ${
     parts.take
       ? `(SELECT coalesce(json_agg(o.execution_id), '[]'::json) FROM ${base} o
@@ -305,13 +323,39 @@ SELECT (SELECT count(*) FROM ev) AS events,
 }
 
 /**
+ * The items not owned, each with the row that decided it: its own ownership row, or for a
+ * child's create its parent's (`parent_id` set).
+ */
+function fencedColumn(parts: CommitOwnedParts): string {
+  if (!parts.update && !parts.child) return "'[]'::json";
+  const of = (
+    x: string,
+  ) => (parts.update && parts.child
+    ? `coalesce(o.${x}, p.${x})`
+    : parts.update
+    ? `o.${x}`
+    : `p.${x}`);
+  return `(SELECT coalesce(json_agg(json_build_object('execution_id', i.execution_id,
+     'node_id', ${of("node_id")}, 'epoch', ${of("epoch")},
+     'parent_id', ${
+    parts.child ? "CASE WHEN i.is_create THEN i.parent_id END" : "NULL"
+  })), '[]'::json)
+   FROM item i${parts.update ? " LEFT JOIN own o ON o.execution_id = i.execution_id" : ""}${
+    parts.child ? " LEFT JOIN parent_own p ON i.is_create AND p.execution_id = i.parent_id" : ""
+  }
+   WHERE i.execution_id NOT IN (SELECT execution_id FROM owned))`;
+}
+
+/**
  * The commit of a shared-mode server, as ONE statement: the single-server commit plus, per
  * execution, the ownership check and what changes around its history.
  *
  * - `own` locks the ownership rows of the batch's existing executions FOR SHARE (a takeover's
  *   UPDATE waits for this statement, and this statement, started after a takeover, sees the
  *   new epoch); `ok` keeps the items whose row still names this node at the epoch it holds,
- *   and every create (its ownership row is inserted here, epoch as given).
+ *   and every create (its ownership row is inserted here, epoch as given) — a child's only
+ *   when its parent's row (`parent_own`, also FOR SHARE) names this node at that epoch: a
+ *   node that lost a tree cannot add an execution to it.
  * - Events, rows, task rows and inbox deletions are written for `ok` items only; the others
  *   come back in `fenced` with the row's current owner, and the store raises FencedError for
  *   each of them while the rest of the batch is committed. A `steady` item (only its history

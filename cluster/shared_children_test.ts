@@ -1,0 +1,95 @@
+/**
+ * Child workflows in shared mode (in process, two nodes on a real PostgreSQL): a child is owned
+ * with its root, moves with its tree on a takeover, and hands its result to its parent on the
+ * new owner; a signal to the child through either node reaches it.
+ */
+import assert from "node:assert/strict";
+import postgres from "postgres";
+import { sharedPostgres } from "../tests/support/pg.ts";
+import { WAITER_WORKFLOW } from "../tests/support/orders.ts";
+import { startedNode } from "../tests/support/in_process_node.ts";
+import { waitFor } from "../tests/support/server.ts";
+
+const PARENT_WORKFLOW = {
+  ir: "orbit-ir/2",
+  name: "Parent",
+  version: "1.0.0",
+  steps: [
+    { id: "w", child: { workflow: "Waiter" } },
+    { id: "r", return: { child: "{% $steps.w %}" } },
+  ],
+};
+
+Deno.test({
+  name: "shared: a child is owned with its root, taken over with it, and completes its parent " +
+    "on the new owner",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const url = await (await sharedPostgres()).createDatabase();
+    const a = await startedNode(url, "node-a");
+    const b = await startedNode(url, "node-b");
+    const sql = postgres(url, { max: 1, onnotice: () => {} });
+    const owners = async () =>
+      (await sql<{ execution_id: string; root_id: string; node_id: string; epoch: number }[]>`
+        SELECT execution_id, root_id, node_id, epoch::int FROM orbit_owners
+        ORDER BY execution_id`).map((o) => [o.execution_id, o.root_id, o.node_id, o.epoch]);
+    try {
+      for (const wf of [WAITER_WORKFLOW, PARENT_WORKFLOW]) {
+        assert.equal((await a.call("POST", "/v1/workflows", wf)).status, 201);
+      }
+      const st = await a.call("POST", "/v1/executions", {
+        workflow: "Parent",
+        execution_id: "p-1",
+        input: {},
+      });
+      assert.equal(st.status, 201, JSON.stringify(st.body));
+      await waitFor(
+        async () => {
+          const r = await b.call("GET", "/v1/executions/p-1.w");
+          return r.status === 200 && r.body.status === "running";
+        },
+        "the child to start",
+        10_000,
+      );
+      assert.deepEqual(await owners(), [
+        ["p-1", "p-1", "node-a", 1],
+        ["p-1.w", "p-1", "node-a", 1],
+      ]);
+      // Node A stops without leaving: node B takes the tree over after the node timeout.
+      await a.n.abort();
+      await waitFor(
+        async () => {
+          const o = await owners();
+          return o.length === 2 && o.every((x) => x[2] === "node-b") ? o : null;
+        },
+        "node B to take the tree over",
+        15_000,
+      );
+      assert.deepEqual(await owners(), [
+        ["p-1", "p-1", "node-b", 2],
+        ["p-1.w", "p-1", "node-b", 2],
+      ]);
+      const sig = await b.call("POST", "/v1/executions/p-1.w/signals/go", {
+        payload: { n: 7 },
+      });
+      assert.equal(sig.status, 200, JSON.stringify(sig.body));
+      const done = await waitFor(
+        async () => {
+          const r = await b.call("GET", "/v1/executions/p-1");
+          return r.body.status === "completed" ? r.body : null;
+        },
+        "the parent to complete",
+        10_000,
+      );
+      assert.deepEqual(done.output, { child: { n: 7 } });
+      assert.deepEqual(await owners(), []);
+      const h = await b.call("GET", "/v1/executions/p-1/history");
+      const types = (h.body.events as { type: string }[]).map((e) => e.type);
+      assert.equal(types.filter((t) => t === "ChildStarted").length, 1, types.join(","));
+    } finally {
+      await sql.end({ timeout: 1 });
+      await b.n.stop();
+    }
+  },
+});
