@@ -46,7 +46,7 @@ import {
   type WorkerService,
 } from "../lib/workers.ts";
 import * as q from "../sql/postgres/shared.ts";
-import { OWN_TASK_HEAD_START_MS } from "../lib/shared_changes.ts";
+import { OWN_TASK_HEAD_START_MS, unitOf } from "../lib/shared_changes.ts";
 import { MemoryTaskQueue } from "../lib/task_queue.ts";
 
 const CONTACT_FLUSH_MS = 250;
@@ -446,6 +446,22 @@ export class SharedWorkers implements WorkerService {
       }
       if (row.owner_node !== this.opts.nodeId) return task; // the owner records the dispatch
       try {
+        // A row queued before its attempt turned uncertain (a dispatch whose commit failed but
+        // landed puts its row back on the queue; the rebuild then queues the next unit) is not
+        // the unit the step waits for now. Dispatched, its commit would take the current unit's
+        // row with the token this claim wrote on the stale one (orbit_tasks_token_idx), fail,
+        // and requeue the stale row, the oldest, for the next claim, for ever. It is cancelled,
+        // as the inbox path refuses such an offer (cluster/shared.ts, #apply), and the current
+        // unit's row goes out. Owned here but not in memory (a takeover loading it): loaded
+        // first; owned elsewhere now, the dispatch below finds nothing and requeues the row.
+        if (await this.executions.loadOwned(row.execution_id)) {
+          const s = this.executions.stateOf(row.execution_id);
+          const st = s?.steps[row.step];
+          if (s && st && unitOf(s, st) !== row.unit) {
+            await this.#release(q.CANCEL_TASK, row);
+            return null;
+          }
+        }
         const r = await this.executions.command(row.execution_id, {
           type: "dispatch",
           step: row.step,

@@ -51,36 +51,51 @@ function intercept(
 }
 
 Deno.test({
-  name: "a queued row from before an uncertain attempt is handed out as a redelivery",
+  name: "a queued row from before an uncertain attempt is cancelled by its owner's claim; the " +
+    "current unit's row goes out as the redelivery",
   sanitizeOps: false,
   sanitizeResources: false,
   fn: async () => {
     // Found by the chaos suite (shared mode, a dispatch commit cut by a black-holed database
-    // link): the dispatch landed although it reported an error, so its row went back on the
-    // queue with the first delivery's payload; the attempt was then marked uncertain, and the
-    // stale row's next claim recorded StepDispatched with redelivery: true while the worker
-    // was told redelivery: false.
+    // link): the dispatch landed although it reported an error, so its row (unit .../0) went
+    // back on the queue with the first delivery's payload; the rebuild then marked the attempt
+    // uncertain and queued its redelivery (unit .../1). Dispatching the stale row, the oldest,
+    // took the current unit's row with the stale row's token in the commit, which failed on
+    // orbit_tasks_token_idx and requeued the stale row for the next claim, for ever (review).
     const url = await migratedDatabase();
     const sql = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     const dispatches: unknown[] = [];
+    // The engine's state: attempt 1 of `charge` was dispatched once (the landed commit) and is
+    // queued again, so the unit it waits for is r-1/charge/1/1.
+    const state = {
+      execution_id: "e-1",
+      run_id: "r-1",
+      steps: {
+        charge: {
+          id: "charge",
+          attempt: 1,
+          tokens: { "e-1/first": {} },
+          redelivery: true,
+          deadline_ms: null,
+        },
+      },
+    };
     const executions = {
       observer: null,
       active: new Map(),
       remote: null,
+      loadOwned: () => Promise.resolve(true),
+      stateOf: () => state,
       command: (id: string, cmd: { type: string; step: string }) => {
         dispatches.push([id, cmd.type, cmd.step]);
-        // The engine's state after the dispatch: a redelivery of attempt 1.
-        return Promise.resolve({
-          accepted: true,
-          state: { execution_id: id, steps: { charge: { redelivery: true, deadline_ms: null } } },
-        });
+        return Promise.resolve({ accepted: true, state });
       },
     } as unknown as Executions;
     const workers = sharedWorkers(executions, sql, "node-1");
     try {
       await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
         VALUES ('e-1', 'e-1', 'node-1', 1, 0)`;
-      const payload = {
+      const payload = (redelivery: boolean) => ({
         execution_id: "e-1",
         step: "charge",
         attempt: 1,
@@ -88,19 +103,31 @@ Deno.test({
         contract: "1",
         input: {},
         idempotency_key: "k-1",
-        redelivery: false,
+        redelivery,
         deadline_ms: null,
-      };
+      });
       await sql`INSERT INTO orbit_tasks (execution_id, task_name, contract_version, state,
           enqueued_ms, payload, run_id, step, attempt, unit)
-        VALUES ('e-1', 'payments.charge', '1', 'queued', 0, ${sql.json(payload)}, 'r-1',
-          'charge', 1, 'r-1/charge/1/0')`;
+        VALUES ('e-1', 'payments.charge', '1', 'queued', 0, ${sql.json(payload(false))}, 'r-1',
+          'charge', 1, 'r-1/charge/1/0'),
+        ('e-1', 'payments.charge', '1', 'queued', 1, ${sql.json(payload(true))}, 'r-1',
+          'charge', 1, 'r-1/charge/1/1')`;
       const session = await workers.register({
         worker_id: "w-1",
         runtime: "typescript",
         tasks: [{ name: "payments.charge", contract: "1" }],
         concurrency: 1,
       });
+      // The oldest row is the stale one: cancelled, not dispatched.
+      assert.deepEqual(await workers.poll(session, 1, 0), []);
+      assert.deepEqual(dispatches, []);
+      const rows = await sql<{ unit: string; state: string }[]>`
+        SELECT unit, state FROM orbit_tasks ORDER BY unit`;
+      assert.deepEqual(rows.map((r) => [r.unit, r.state]), [
+        ["r-1/charge/1/0", "cancelled"],
+        ["r-1/charge/1/1", "queued"],
+      ]);
+      // The next claim takes the current unit's row.
       const tasks = await workers.poll(session, 1, 0);
       assert.equal(tasks.length, 1);
       assert.deepEqual(dispatches, [["e-1", "dispatch", "charge"]]);
@@ -130,6 +157,8 @@ async function claimSetup() {
     observer: null,
     active: new Map(),
     remote: null,
+    loadOwned: () => Promise.resolve(true),
+    stateOf: () => undefined,
     command: (id: string, cmd: { step: string }) => {
       dispatched.push(id);
       return Promise.resolve({
@@ -299,6 +328,8 @@ Deno.test({
       observer: null,
       active: new Map(),
       remote: null,
+      loadOwned: () => Promise.resolve(true),
+      stateOf: () => undefined,
       command: () => Promise.reject(new Error("STORAGE_ERROR: read ECONNRESET")),
     } as unknown as Executions;
     const workers = sharedWorkers(executions, sql, "node-1");
@@ -353,6 +384,8 @@ Deno.test({
       observer: null,
       active: new Map(),
       remote: null,
+      loadOwned: () => Promise.resolve(true),
+      stateOf: () => undefined,
       command: (id: string, cmd: { step: string }) => {
         dispatched.push(id);
         return Promise.resolve({
@@ -486,6 +519,7 @@ Deno.test({
         },
       },
       holds: () => false,
+      loadOwned: () => Promise.resolve(true),
       stateOf: () => undefined,
       serial: <T>(_id: string, fn: () => Promise<T>) => fn(),
       command: (id: string, cmd: { step: string }) => {
