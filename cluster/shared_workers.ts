@@ -630,7 +630,7 @@ export class SharedWorkers implements WorkerService {
   async heartbeat(sessionId: string, tokens: string[]): Promise<string[]> {
     const s = await this.#session(sessionId);
     const cancel = new Set(
-      (await this.#q<{ token: string }>(q.TAKE_CANCELLED, [sessionId])).map((r) => r.token),
+      (await this.#q<{ token: string }>(q.TAKE_CANCELLED, [sessionId, tokens])).map((r) => r.token),
     );
     // A token no server knows any more (its result was applied, or it never existed).
     const unknown = tokens.filter((t) => !cancel.has(t) && !s.told.has(t));

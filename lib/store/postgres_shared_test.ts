@@ -564,7 +564,7 @@ Deno.test("postgres shared heartbeats: the statements that confirm, look up and 
       ["confirmed", `(jsonb) AS ${CONFIRMED_AT}`, `'["x1/t", "x2/t"]'`],
       ["known", `(jsonb) AS ${KNOWN_TOKENS}`, `'["x1/t", "x2/t"]'`],
       ["tasks", `(jsonb) AS ${TASKS_OF}`, `'["x1", "q1"]'`],
-      ["cancelled", `(text) AS ${TAKE_CANCELLED}`, `'s2'`],
+      ["cancelled", `(text, jsonb) AS ${TAKE_CANCELLED}`, `'s2', '["x1/t", "x2/t"]'`],
     ];
     for (const [name, text, args] of statements) {
       await sql.unsafe(`PREPARE ${name} ${text}`);

@@ -708,9 +708,15 @@ export const TASKS_OF = `
 SELECT execution_id, unit, token, state, claimed_by FROM orbit_tasks
 WHERE execution_id = ANY (${list(1)})`;
 
-/** The cancel notices of a session, each reported once. Params: $1 session_id. */
+/**
+ * The cancel notices for a heartbeat, each reported once (the row goes): those of its session,
+ * and those of the tokens it lists whatever session held them (a worker that registered again
+ * still runs the attempts of its old session). Params: $1 session_id, $2 tokens.
+ */
 export const TAKE_CANCELLED = `
-DELETE FROM orbit_tasks WHERE session_id = $1 AND state = 'cancelled' RETURNING token`;
+DELETE FROM orbit_tasks
+WHERE state = 'cancelled' AND (session_id = $1 OR token = ANY (${list(2)}))
+RETURNING token`;
 
 /**
  * A heartbeat listed these attempts: their worker has them. `claimed_ms` is the last time the
