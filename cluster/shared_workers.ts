@@ -7,7 +7,9 @@
  *   Sessions live in `orbit_sessions`; this server caches the ones it served. Last contacts
  *   are collected in memory and written every 250 ms (a poll in progress counts as contact).
  *   A session silent for --session-timeout is removed by whichever server notices; the
- *   worker then gets 404 UNKNOWN_SESSION and registers again, as on one server.
+ *   worker then gets 404 UNKNOWN_SESSION and registers again, as on one server. A server
+ *   learns that a session it caches was removed elsewhere from its contact write (the row is
+ *   not there to update) or from the owners' read of contacts, and forgets it (#forget).
  *   Tasks live in `orbit_tasks`, queued by their owner in the transaction of StepScheduled
  *   (lib/shared_changes.ts). A poll claims the oldest rows the session serves in one
  *   statement, those of executions owned here first unless a row owned elsewhere waited
@@ -307,9 +309,36 @@ export class SharedWorkers implements WorkerService {
   }
 
   #touch(s: Session): void {
+    if (!this.sessions.has(s.session_id)) return; // forgotten: nothing to write for it
     const now = this.opts.now();
     s.last_contact_ms = now;
     this.#contacts.set(s.session_id, now);
+  }
+
+  /**
+   * Forgets a session whose row is gone (expired here or elsewhere, or unregistered through
+   * another server): its next poll, heartbeat or unregister answers 404 UNKNOWN_SESSION, as on
+   * one server for an unknown session, and the SDK registers again. Its polls waiting here end
+   * (they answer no tasks); a result it reports is still applied. Answers the cached session.
+   */
+  #forget(id: string): Session | undefined {
+    const s = this.sessions.get(id);
+    this.#contacts.delete(id);
+    if (!s) return undefined;
+    this.sessions.delete(id);
+    for (const p of [...(this.#lines.get(id) ?? [])]) p.wake();
+    return s;
+  }
+
+  /** #forget for a session cached here that another server removed. */
+  #gone(id: string): void {
+    const s = this.#forget(id);
+    if (s) {
+      log.engine.info("worker session removed by another server; forgotten here", {
+        session_id: id,
+        worker_id: s.worker_id,
+      });
+    }
   }
 
   async poll(
@@ -333,6 +362,8 @@ export class SharedWorkers implements WorkerService {
     try {
       max = Math.max(1, Math.min(max, s.concurrency));
       for (let look = true;; look = first()) {
+        // Forgotten meanwhile (#forget): nothing more for it; its next request answers 404.
+        if (!this.sessions.has(s.session_id)) return [];
         const tasks = look ? await this.#claim(s, max) : [];
         if (tasks.length > 0 || signal?.aborted) return this.#delivered(s, tasks, signal);
         const left = end - this.opts.now();
@@ -864,7 +895,14 @@ export class SharedWorkers implements WorkerService {
     const batch = [...this.#contacts].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
     this.#contacts.clear();
     try {
-      await this.#q(q.TOUCH_SESSIONS, [batch.map(([id, ms]) => ({ id, ms }))]);
+      const kept = new Set(
+        (await this.#q<{ session_id: string }>(q.TOUCH_SESSIONS, [
+          batch.map(([id, ms]) => ({ id, ms })),
+        ])).map((r) => r.session_id),
+      );
+      // No row to update: another server removed the session (it expired there, e.g. while
+      // this server's writes failed for longer than the session timeout).
+      for (const [id] of batch) if (!kept.has(id)) this.#gone(id);
     } catch {
       for (const [id, ms] of batch) {
         this.#contacts.set(id, Math.max(ms, this.#contacts.get(id) ?? 0));
@@ -912,6 +950,8 @@ export class SharedWorkers implements WorkerService {
           [[...sessions]],
         );
         const contact = new Map(rows.map((r) => [r.session_id, r.last_contact_ms]));
+        // Inserted before it was cached, so a session cached here without a row was removed.
+        for (const id of sessions) if (!contact.has(id)) this.#gone(id);
         for (const [token, h] of [...this.#held]) {
           const local = this.sessions.get(h.session);
           const last = Math.max(contact.get(h.session) ?? -Infinity, local?.last_contact_ms ?? 0);
@@ -957,10 +997,10 @@ export class SharedWorkers implements WorkerService {
         this.opts.sessionTimeoutMs + 1000,
         now,
       ]);
+      // Gone for every server: forgotten here too, even with a poll waiting (its row cannot
+      // come back; kept, it would be served here and nowhere else).
       for (const { session_id } of expired) {
-        const s = this.sessions.get(session_id);
-        if (s && s.polling > 0) continue;
-        this.sessions.delete(session_id);
+        const s = this.#forget(session_id);
         log.engine.info("worker session expired", { session_id, worker_id: s?.worker_id });
       }
       // A cached session another server removed.

@@ -817,7 +817,9 @@ export const GET_SESSION = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions WHERE 
 export const LIST_SESSIONS = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions ORDER BY created_ms`;
 
 /**
- * Last contacts seen by this server since its last write. Params: $1 [{id, ms}].
+ * Last contacts seen by this server since its last write; answers the sessions that still have
+ * a row (one missing was removed by another server: expired, or unregistered). Params:
+ * $1 [{id, ms}].
  *
  * Every server writes the contacts of the sessions it serves, and a worker's slots reach several
  * servers, so statements of different servers update the same rows. They lock them in one order
@@ -834,7 +836,8 @@ l AS MATERIALIZED (
   ORDER BY s.session_id FOR UPDATE OF s
 )
 UPDATE orbit_sessions s SET last_contact_ms = greatest(s.last_contact_ms, l.ms)
-FROM l WHERE s.session_id = l.session_id`;
+FROM l WHERE s.session_id = l.session_id
+RETURNING s.session_id`;
 
 /** Last contact of the sessions holding an owner's attempts. Params: $1 ids. */
 export const SESSION_CONTACTS = `
