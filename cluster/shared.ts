@@ -874,7 +874,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
 
   /** Applies the pending entries of one execution now (a result that needs its dispatch). */
   async #drainExecution(id: string): Promise<void> {
-    const entries = await this.#sql("req")<InboxEntry>(q.READ_INBOX_OF, [id]);
+    const entries = await this.#sql("req")<InboxEntry>(q.READ_INBOX_OF, [id, this.opts.nodeId]);
     await this.#applyAll(entries);
   }
 
@@ -976,8 +976,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
         const s = ex.stateOf(e.execution_id);
         const st = s?.steps[cmd.step];
         if (s && st && unitOf(s, st) !== String(e.payload.unit)) {
+          if (!(await this.#settle(e))) return;
           await this.#sql("hb")(q.CANCEL_TASK, [cmd.token]);
-          await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
           this.#markApplied(e.seq);
           return;
         }
@@ -998,14 +998,15 @@ export class SharedNode implements ClusterView, RemoteCommands {
           this.#markApplied(e.seq);
           return;
         }
-        if (err instanceof OrbitError && err.status < 500) {
+        if (err instanceof OrbitError && err.status < 500 && (await this.#settle(e))) {
           await this.#finish(e, { error: errorOf(err) });
         }
         return; // storage errors and fencing: the entry stays for the owner to apply
       }
-      // Applied: the commit of its events deleted the entry (or it is deleted now).
+      // Applied: the commit of its events deleted the entry, or it is deleted now (unless this
+      // node turns out to have lost the execution: the new owner answers it then).
+      if ((!r || r.events.length === 0) && !(await this.#settle(e))) return;
       this.#markApplied(e.seq);
-      if (!r || r.events.length === 0) await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
       if (cmd.type === "dispatch" && !r?.accepted) {
         await this.#sql("hb")(q.CANCEL_TASK, [cmd.token]);
       }
@@ -1062,8 +1063,27 @@ export class SharedNode implements ClusterView, RemoteCommands {
     return { accepted: r.accepted, row: rowOf(r.state, this.now()) };
   }
 
+  /**
+   * Deletes an entry answered without an event (SETTLE_INBOX). False when another node owns
+   * the execution, or this one at another epoch: memory here is stale (this node lost it and
+   * has not noticed yet), so it is let go, and the entry stays for the owner.
+   */
+  async #settle(e: InboxEntry): Promise<boolean> {
+    const id = e.execution_id;
+    const held = this.epochs.get(id) ?? null;
+    const gone = await this.#sql("hb")(q.SETTLE_INBOX, [e.seq, id, this.opts.nodeId, held]);
+    if (gone.length > 0) return true;
+    const [o] = await this.#sql("hb")<{ node_id: string; epoch: number }>(q.OWNER_OF, [id]);
+    if (o && (o.node_id !== this.opts.nodeId || (held !== null && Number(o.epoch) !== held))) {
+      if (this.#rt!.executions.holds(id)) await this.#dropLost([id]);
+      return false;
+    }
+    // Gone already (withdrawn by its sender, or answered before): nothing more to send.
+    this.#markApplied(e.seq);
+    return false;
+  }
+
   async #finish(e: InboxEntry, reply: Omit<Reply, "seq">): Promise<void> {
-    if (reply.error) await this.#sql("hb")(q.DELETE_INBOX, [e.seq]).catch(() => {});
     if (!e.reply_to) return;
     let text = JSON.stringify({ seq: e.seq, ...reply });
     if (text.length * 3 > REPLY_MAX_BYTES && utf8.encode(text).length > REPLY_MAX_BYTES) {

@@ -32,6 +32,7 @@ import {
   type ExecutionRow,
   FencedError,
   InboxGoneError,
+  ownerFencedError,
   type Store,
   TaskTakenError,
   type WakingRow,
@@ -545,7 +546,22 @@ export class Executions {
     const cmd: Command = "error" in result
       ? { type: "fail", token, error: result.error }
       : { type: "complete", token, output: result.output };
+    const own = this.opts.ownership;
+    const held = own?.epochs.get(id);
     let r = await this.command(id, cmd, follow);
+    if (r && !r.accepted && r.events.length === 0 && own && this.remote) {
+      // Refused with no write, so no fence was met: memory may be that of an owner that lost
+      // the execution (paused, or its heartbeat wedged, and not reconciled yet), which does not
+      // know the new owner's tokens. Refused only once the owner is confirmed; otherwise the
+      // execution is let go and the result goes to its owner.
+      const o = await own.ownerOf(id);
+      if (!o || o.node_id !== own.nodeId || (held !== undefined && o.epoch !== held)) {
+        if (this.#active.has(id)) {
+          this.#fenced(id, ownerFencedError(id, o ?? { node_id: null, epoch: null }, held ?? 0));
+        }
+        r = null;
+      }
+    }
     if (r === null && this.remote) {
       const f = await this.remote.forward(id, cmd, take);
       if (f) {

@@ -25,6 +25,8 @@ import {
   LIST_NODES,
   ORPHAN_INBOX,
   READ_INBOX,
+  READ_INBOX_OF,
+  SETTLE_INBOX,
   SHARED_CONNECTION_SETTINGS,
   TAKE_CANCELLED,
   TAKE_OVER,
@@ -262,6 +264,27 @@ Deno.test("postgres shared commit: a child is created only by its parent's owner
       ["r/c", "r", "n2", 2],
       ["x", "x", "n1", 1],
     ]);
+  }));
+
+Deno.test("postgres shared inbox: a node that lost an execution neither reads nor settles its entries", () =>
+  withStore(async (store, sql) => {
+    await store.commit([owned(createItem("a"), "n1", 1), owned(createItem("f"), "n1", 1)]);
+    await sql.unsafe(TAKE_OVER, ["n2", ["a"], "n1", 5]);
+    await sql`INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms)
+            VALUES ('n2', 'a', 'signal', '{}', 1), ('n1', 'gone', 'signal', '{}', 1)`;
+    const [ea, eg] = (await sql`SELECT seq FROM orbit_inbox ORDER BY seq`).map((r) =>
+      Number(r.seq)
+    );
+    const read = (node: string) => sql.unsafe(READ_INBOX_OF, ["a", node]);
+    assert.equal((await read("n1")).length, 0);
+    assert.equal((await read("n2")).length, 1);
+    const settle = (seq: number, id: string, node: string, epoch: number | null) =>
+      sql.unsafe(SETTLE_INBOX, [seq, id, node, epoch]);
+    assert.equal((await settle(ea!, "a", "n1", 1)).length, 0, "the old owner");
+    assert.equal((await settle(ea!, "a", "n2", 1)).length, 0, "the owner at a stale epoch");
+    assert.equal((await settle(ea!, "a", "n2", 2)).length, 1, "the owner at its epoch");
+    // No ownership row (the execution finished): whoever answers it settles it.
+    assert.equal((await settle(eg!, "gone", "n1", null)).length, 1);
   }));
 
 Deno.test("postgres shared commit: a create of an existing id is a DuplicateExecutionError and writes nothing", async () => {

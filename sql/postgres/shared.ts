@@ -784,10 +784,29 @@ SELECT i.seq, i.execution_id, i.kind, i.payload, i.reply_to FROM orbit_inbox i
 WHERE (SELECT o.node_id FROM orbit_owners o WHERE o.execution_id = i.execution_id) = $1
 ORDER BY i.seq LIMIT $2`;
 
-/** The pending entries of one execution, in seq order. Params: $1 execution_id. */
+/**
+ * The pending entries of one execution this node owns, in seq order (none when another node
+ * owns it: a node that lost it must not apply them). Params: $1 execution_id, $2 me.
+ */
 export const READ_INBOX_OF = `
-SELECT seq, execution_id, kind, payload, reply_to FROM orbit_inbox WHERE execution_id = $1
+SELECT seq, execution_id, kind, payload, reply_to FROM orbit_inbox
+WHERE execution_id = $1
+  AND (SELECT o.node_id FROM orbit_owners o WHERE o.execution_id = $1) = $2
 ORDER BY seq`;
+
+/**
+ * Deletes an entry the owner answered without an event (a result refused, a signal to a
+ * finished execution), unless the execution is owned by another node, or by this one at an
+ * epoch other than the one it holds: a node that lost it (and has not noticed yet) leaves the
+ * entry to the new owner and sends no reply. Params: $1 seq, $2 execution_id, $3 me, $4 epoch
+ * held (null: none).
+ */
+export const SETTLE_INBOX = `
+WITH o AS (SELECT node_id, epoch FROM orbit_owners WHERE execution_id = $2 FOR SHARE)
+DELETE FROM orbit_inbox WHERE seq = $1 AND NOT EXISTS (
+  SELECT 1 FROM o WHERE o.node_id IS DISTINCT FROM $3
+    OR ($4::bigint IS NOT NULL AND o.epoch <> $4::bigint))
+RETURNING seq`;
 
 /** Deletes an entry outside a commit (it caused no event). Params: $1 seq. */
 export const DELETE_INBOX = "DELETE FROM orbit_inbox WHERE seq = $1 RETURNING seq";
