@@ -420,7 +420,9 @@ export class SharedNode implements ClusterView, RemoteCommands {
           now: this.now,
           newId: this.opts.newId ?? (() => crypto.randomUUID()),
           sql: this.#req!,
-          drainInbox: (execId) => this.#drainExecution(execId),
+          drainInbox: async (execId) => {
+            await this.#drainExecution(execId);
+          },
           healthySince: () => this.#healthySince,
           notify: (list) => this.notify(list),
         }),
@@ -872,10 +874,19 @@ export class SharedNode implements ClusterView, RemoteCommands {
     })();
   }
 
-  /** Applies the pending entries of one execution now (a result that needs its dispatch). */
-  async #drainExecution(id: string): Promise<void> {
+  /**
+   * Applies the pending entries of one execution this node owns now (a result that needs its
+   * dispatch); answers how many there were.
+   */
+  async #drainExecution(id: string): Promise<number> {
     const entries = await this.#sql("req")<InboxEntry>(q.READ_INBOX_OF, [id, this.opts.nodeId]);
     await this.#applyAll(entries);
+    return entries.length;
+  }
+
+  /** RemoteCommands: #drainExecution. */
+  drainOwned(id: string): Promise<number> {
+    return this.#drainExecution(id);
   }
 
   #cmdOf(e: InboxEntry): Command | null {
@@ -1152,7 +1163,15 @@ export class SharedNode implements ClusterView, RemoteCommands {
     if (!o) return null;
     if (o.node_id === this.opts.nodeId) {
       if (!ex.holds(id)) this.epochs.set(id, Number(o.epoch));
-      const r = await ex.command(id, cmd, undefined, undefined, true);
+      let r = await ex.command(id, cmd, undefined, undefined, true);
+      if (
+        r && !r.accepted && r.events.length === 0 &&
+        (cmd.type === "complete" || cmd.type === "fail") && (await this.#drainExecution(id)) > 0
+      ) {
+        // Loaded just now from history (a takeover in progress): the attempt's dispatch may
+        // still be an entry of this node's inbox, written by another server's claim.
+        r = await ex.command(id, cmd, undefined, undefined, true);
+      }
       if (!r) return null;
       const reply = this.#replyOf(cmd, r, id);
       if (reply.error) {

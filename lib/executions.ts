@@ -122,6 +122,11 @@ export interface RemoteCommands {
   ): Promise<
     { accepted: boolean; row?: ExecutionRow; seq?: number; tasks?: TaskPayload[] } | null
   >;
+  /**
+   * Applies the pending inbox entries of an execution this node owns; answers how many there
+   * were (shared mode).
+   */
+  drainOwned?(id: string): Promise<number>;
 }
 
 export interface StartRequest {
@@ -560,6 +565,10 @@ export class Executions {
           this.#fenced(id, ownerFencedError(id, o ?? { node_id: null, epoch: null }, held ?? 0));
         }
         r = null;
+      } else if (((await this.remote.drainOwned?.(id)) ?? 0) > 0) {
+        // Owned here: the attempt's dispatch may still be an entry of this node's inbox
+        // (another server's claim wrote it); applied now, the result is decided again.
+        r = await this.command(id, cmd, follow);
       }
     }
     if (r === null && this.remote) {
