@@ -617,18 +617,27 @@ export class SharedNode implements ClusterView, RemoteCommands {
     const tasks = await this.#sql("hb")<
       { execution_id: string; token: string | null; state: string; claimed_by: string | null }
     >(q.TASKS_OF, [ids]);
-    const orphans: string[] = [];
+    const live = new Set<string>();
     for (const id of ids) {
       const st = ex.stateOf(id);
-      if (st) { for (const { token } of liveTokens(st)) orphans.push(token); }
+      if (st) { for (const { token } of liveTokens(st)) live.add(token); }
     }
-    const live = new Set(orphans);
+    const claimedBy = new Map<string, string | null>();
     for (const t of tasks) {
+      if (t.token) claimedBy.set(t.token, t.claimed_by);
       if (t.state === "claimed" && t.token && t.claimed_by === from && !live.has(t.token)) {
         await this.#sql("hb")(q.REQUEUE_TASK, [t.token]);
         this.notify([{ channel: "orbit_tasks", payload: "" }]);
       }
     }
+    // Attempts the previous owner handed out itself (its claims and eager dispatches; a row
+    // gone too) are redelivered after a session timeout unless their result comes: the answer
+    // that carried one may have died with it. Those another server handed out stay in flight
+    // while their workers are alive, watched like any other (the page's "Ownership").
+    const orphans = [...live].filter((t) => {
+      const by = claimedBy.get(t);
+      return by === undefined || by === null || by === from;
+    });
     this.#workers?.adoptOrphans(orphans);
     return loaded;
   }
