@@ -599,7 +599,9 @@ WHERE node_id = $1 AND root_id = ANY (${list(2)})`;
  * alone, which the claim index serves in order (with `, t.id` it sorted every queued row of the
  * task), and `c` finds the window's rows by primary key (`t.id = ANY (ARRAY(…))`; its state test
  * is written `(t.state = 'queued') IS TRUE` so that the claim index, whose `queued` range is the
- * whole backlog, is not a way to it). With the pool's `enable_seqscan = off`
+ * whole backlog, is not a way to it), and `win` looks each row's owner up by its key (joined,
+ * a plan made while orbit_owners was empty read all of it once the table had one more column:
+ * 3,131 rows for that claim). With the pool's `enable_seqscan = off`
  * (SHARED_CONNECTION_SETTINGS), a claim on a 3,000-row backlog read 6,067 rows before, under 500
  * now. Rows queued in the same millisecond enter the window in any order; `c` still takes them
  * by rank, then id.
@@ -643,8 +645,10 @@ cand AS (
   ORDER BY q.enqueued_ms, q.id LIMIT ${window}
 ),
 win AS (
-  SELECT c.id, c.enqueued_ms - CASE WHEN o.node_id = $3 THEN $7::bigint ELSE 0 END AS rank_ms
-  FROM cand c LEFT JOIN orbit_owners o ON o.execution_id = c.execution_id
+  SELECT c.id, c.enqueued_ms - CASE
+      WHEN (SELECT o.node_id FROM orbit_owners o WHERE o.execution_id = c.execution_id) = $3
+      THEN $7::bigint ELSE 0 END AS rank_ms
+  FROM cand c
 ),
 c AS (
   SELECT t.id FROM win w JOIN orbit_tasks t ON t.id = w.id
