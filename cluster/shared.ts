@@ -9,6 +9,11 @@
  * instance; a live row of another instance is waited for up to three node timeouts, then the
  * start is refused), `resuming` (it bumps the epoch of every execution it owned before a
  * restart, which fences the previous process, and loads them from history), then `serving`.
+ * Ownership is per process: every ownership row records the instance that obtained its epoch
+ * (creation, takeover, resume), and a node adopts an epoch it reads only from a row of its own
+ * instance. A process replaced under its node id therefore cannot write again at its
+ * successor's epoch; it stops serving when its heartbeat finds the other instance on its row,
+ * or sooner, when a fence or a read shows its node id held by another process.
  * Every second it writes its heartbeat on the database clock, takes over its rendezvous share
  * of the executions of dead nodes (single-winner UPDATE … WHERE node_id = $dead, batches of
  * 100 trees), and applies its inbox (also on NOTIFY orbit_inbox).
@@ -378,13 +383,16 @@ export class SharedNode implements ClusterView, RemoteCommands {
     });
     const ownership: Ownership = {
       nodeId: id,
+      instance: this.instance,
       epochs: this.epochs,
       ownerOf: async (execId) => {
-        const [o] = await this.#sql("req")<{ node_id: string; epoch: number }>(q.OWNER_OF, [
-          execId,
-        ]);
-        return o ? { node_id: o.node_id, epoch: Number(o.epoch) } : null;
+        const [o] = await this.#sql("req")<
+          { node_id: string; epoch: number; instance: string | null }
+        >(q.OWNER_OF, [execId]);
+        return o ? { node_id: o.node_id, epoch: Number(o.epoch), instance: o.instance } : null;
       },
+      reclaim: (execId) => this.#reclaim(execId),
+      replaced: () => this.#checkReplaced(),
       listWaking: async (before, after, limit) => {
         const rows = await this.#sql("req")<
           { execution_id: string; wake_at_ms: string | number; epoch: string | number }
@@ -394,6 +402,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
           after?.wake_at_ms ?? 0,
           after?.execution_id ?? "",
           Math.max(1, Math.floor(limit)),
+          this.instance,
         ]);
         return rows.map((r) => ({
           execution_id: r.execution_id,
@@ -577,7 +586,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   async #resume(): Promise<{ executions: number; in_flight: number }> {
     const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(
       q.BUMP_OWN_EPOCHS,
-      [this.opts.nodeId, this.now()],
+      [this.opts.nodeId, this.now(), this.instance],
     );
     return await this.#adopt(rows, this.opts.nodeId);
   }
@@ -728,6 +737,63 @@ export class SharedNode implements ClusterView, RemoteCommands {
     }
   }
 
+  /**
+   * Something showed this node id held by another process (Ownership.replaced, forward): the
+   * heartbeat runs now rather than at its next tick, and if another instance is on the node's
+   * row this process stops serving (#heartbeat). One heartbeat at a time (#onBeat).
+   */
+  #checkReplaced(): void {
+    if (this.#stopped || !this.#joined) return;
+    void this.#onBeat();
+  }
+
+  /**
+   * Ownership.reclaim: the tree of `id`, whose row names this node id for another process of
+   * it, is taken if this process holds the node id (RECLAIM); the other executions of the tree
+   * are adopted as at a takeover. Null: this process was replaced (it checks its heartbeat),
+   * or the row moved.
+   */
+  async #reclaim(id: string): Promise<number | null> {
+    const rows = await this.#sql("req")<{ execution_id: string; epoch: number }>(q.RECLAIM, [
+      this.opts.nodeId,
+      id,
+      this.instance,
+      this.now(),
+    ]);
+    const mine = rows.find((r) => r.execution_id === id);
+    if (!mine) {
+      this.#checkReplaced();
+      return null;
+    }
+    log.shared.warn("shared: took back executions a replaced process of this node id created", {
+      node_id: this.opts.nodeId,
+      executions: rows.length,
+    });
+    // The caller loads `id` itself (inside its serial chain); the rest of the tree loads here.
+    const others = rows.filter((r) => r.execution_id !== id);
+    if (others.length > 0) {
+      this.#adopt(others, "").catch((e) =>
+        log.shared.warn("shared: cannot load executions taken back; they load on demand", {
+          error: (e as Error).message,
+        })
+      );
+    }
+    return Number(mine.epoch);
+  }
+
+  /** A command for an execution that this process's node id holds in another process. */
+  #replacedError(id: string): OrbitError {
+    return new OrbitError(
+      503,
+      "NODE_REPLACED",
+      `execution ${id} is owned by node \`${this.opts.nodeId}\` in another process: a server ` +
+        "started with this server's --node-id replaced this one; nothing was applied, retry " +
+        "through another server",
+      { node_id: this.opts.nodeId, retry_after_s: 1 },
+      { "retry-after": "1" },
+    );
+  }
+
   /** After a silence: drop what this node no longer owns (at the epoch it holds). */
   async #reconcile(): Promise<void> {
     const ex = this.#rt!.executions;
@@ -736,6 +802,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     // Executions memory did not hold (`--cache-executions`) may have been taken over as well.
     const [n] = await this.#sql("hb")<{ n: string | number }>(q.COUNT_OWNED_RUNNING, [
       this.opts.nodeId,
+      this.instance,
     ]);
     ex.recount(Number(n?.n ?? 0));
   }
@@ -745,6 +812,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(q.OWNED_AMONG, [
       this.opts.nodeId,
       ids,
+      this.instance,
     ]);
     const owned = new Map(rows.map((r) => [r.execution_id, Number(r.epoch)]));
     let dropped = 0;
@@ -789,7 +857,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         try {
           const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(
             q.TAKE_OVER,
-            [this.opts.nodeId, batch, from, this.now()],
+            [this.opts.nodeId, batch, from, this.now(), this.instance],
           );
           if (rows.length === 0) continue;
           log.shared.warn("shared: taking over executions of a node that stopped heartbeating", {
@@ -833,7 +901,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       const t = this.#lostTakeovers[0]!;
       const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(
         q.OWNED_OF_ROOTS,
-        [this.opts.nodeId, t.roots],
+        [this.opts.nodeId, t.roots, this.instance],
       );
       const again = rows.filter((r) =>
         !(this.epochs.get(r.execution_id) === Number(r.epoch) && ex.holds(r.execution_id))
@@ -846,6 +914,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         await this.#adopt(again, t.from);
         const [n] = await this.#sql("hb")<{ n: string | number }>(q.COUNT_OWNED_RUNNING, [
           this.opts.nodeId,
+          this.instance,
         ]);
         ex.recount(Number(n?.n ?? 0));
       }
@@ -1165,13 +1234,17 @@ export class SharedNode implements ClusterView, RemoteCommands {
     if (take && (cmd.type === "complete" || cmd.type === "fail")) payload.take = take;
     const waits = cmd.type !== "uncertain";
     // The owner, and the entry in its inbox when it is another node, in one statement.
-    const [o] = await this.#sql("req")<{ node_id: string; epoch: number; seq: number | null }>(
+    const [o] = await this.#sql("req")<
+      { node_id: string; epoch: number; instance: string | null; seq: number | null }
+    >(
       q.FORWARD,
       [this.opts.nodeId, id, kind, payload, this.now(), waits ? this.opts.nodeId : null],
     );
     if (!o) return null;
     if (o.node_id === this.opts.nodeId) {
-      if (!ex.holds(id)) this.epochs.set(id, Number(o.epoch));
+      const epoch = o.instance === this.instance ? Number(o.epoch) : await this.#reclaim(id);
+      if (epoch === null) throw this.#replacedError(id);
+      if (!ex.holds(id)) this.epochs.set(id, epoch);
       let r = await ex.command(id, cmd, undefined, undefined, true);
       if (
         r && !r.accepted && r.events.length === 0 &&

@@ -88,13 +88,32 @@ interface Active {
  * Shared mode (cluster/shared.ts): this node's ownership of the executions it holds. Every
  * append carries the epoch held for its execution and the queue rows it changes; an append
  * fenced because another node took the execution over drops it from memory.
+ *
+ * Ownership is per process: an epoch read from orbit_owners is adopted only from a row that
+ * names this node id and this process's `instance`. A process replaced under its node id (the
+ * new one bumped the epochs) would otherwise read its successor's epoch as its own and write
+ * beside it until its heartbeat told it.
  */
 export interface Ownership {
   readonly nodeId: string;
+  /** This process (orbit_nodes.instance): the one that obtained the epochs it holds. */
+  readonly instance: string;
   /** Epoch held per execution id (children carry their root's). */
   readonly epochs: Map<string, number>;
   /** The current owner of an execution, or null when none (finished, or never started). */
-  ownerOf(id: string): Promise<{ node_id: string; epoch: number } | null>;
+  ownerOf(id: string): Promise<{ node_id: string; epoch: number; instance: string | null } | null>;
+  /**
+   * The row of `id` names this node id for another process of it. Takes the row's tree when
+   * this process holds the node id (a replaced process created it; the new epochs fence that
+   * one) and answers the epoch of `id`; null when this process does not hold the node id (it
+   * was replaced: it checks its heartbeat at once) or the row moved.
+   */
+  reclaim(id: string): Promise<number | null>;
+  /**
+   * An append was fenced by a row that names this node id: this process may have been
+   * replaced. Checks at once (its heartbeat), so that it stops serving as soon as it can tell.
+   */
+  replaced(): void;
   /** Wakes when the execution may have closed (NOTIFY orbit_done); returns an unsubscribe. */
   onDone(id: string, wake: () => void): () => void;
   /**
@@ -267,6 +286,7 @@ export class Executions {
       for (const t of changes.enqueue) if (t.claimed) t.claimed.node_id = own.nodeId;
       for (const t of changes.take) t.claimed_by = own.nodeId;
       item.shared = { node_id: own.nodeId, epoch, ...changes, inbox };
+      if (create) item.shared.instance = own.instance;
     }
     return item;
   }
@@ -285,6 +305,7 @@ export class Executions {
   #fenced(id: string, e: FencedError): void {
     const a = this.#active.get(id);
     if (!this.opts.ownership) return;
+    if (e.ownerNode === this.opts.ownership.nodeId) this.opts.ownership.replaced();
     log.engine.error("shared: dropped an execution another node took over", {
       execution_id: id,
       error: e.message,
@@ -456,7 +477,7 @@ export class Executions {
    * are committed in the same append (eager dispatch of the next step to the worker that
    * reported the previous one). `followed` tells whether it applied.
    *
-   * `owned` (shared mode: the caller read from orbit_owners that this node owns it, and set
+   * `owned` (shared mode: the caller read from orbit_owners that this process owns it, and set
    * the epoch) loads it from history when memory does not hold it; should it have left memory
    * since, the owner is read again first.
    */
@@ -779,12 +800,27 @@ export class Executions {
 
   /**
    * Shared mode: loads an execution this node owns that memory does not hold (an inbox entry,
-   * a forwarded command), at the epoch already set or, if none is, the one orbit_owners names.
-   * Answers whether memory holds it now (false: another node owns it).
+   * a forwarded command), at the epoch already set or, if none is, the one orbit_owners names
+   * for this process. Answers whether memory holds it now (false: another node, or another
+   * process of this node id, owns it).
    */
   async loadOwned(id: string): Promise<boolean> {
     if (!this.#active.has(id)) await this.serial(id, () => this.#loadOwned(id));
     return this.#active.has(id);
+  }
+
+  /**
+   * The epoch this process may use for `id`, from its ownership row `o`; null when the row is
+   * not this process's. Only the process that obtained an epoch uses it: a row that names this
+   * node id for another process of it is reclaimed first (Ownership.reclaim).
+   */
+  async #epochOf(
+    id: string,
+    o: { node_id: string; epoch: number; instance: string | null } | null,
+  ): Promise<number | null> {
+    const own = this.opts.ownership!;
+    if (!o || o.node_id !== own.nodeId) return null;
+    return o.instance === own.instance ? o.epoch : await own.reclaim(id);
   }
 
   /** `loadOwned` inside `serial`. */
@@ -792,9 +828,9 @@ export class Executions {
     const own = this.opts.ownership;
     if (!own || this.#active.has(id)) return;
     if (!own.epochs.has(id)) {
-      const o = await own.ownerOf(id);
-      if (!o || o.node_id !== own.nodeId || this.#active.has(id)) return;
-      own.epochs.set(id, o.epoch);
+      const epoch = await this.#epochOf(id, await own.ownerOf(id));
+      if (epoch === null || this.#active.has(id)) return;
+      own.epochs.set(id, epoch);
     }
     await this.#loadOne(id);
   }
@@ -1041,12 +1077,12 @@ export class Executions {
     const own = this.opts.ownership;
     if (own && (row.status === "running" || row.status === "continued")) {
       // Shared mode: rebuild only what this node still owns, at the epoch it holds now.
-      const owner = await own.ownerOf(id);
-      if (!owner || owner.node_id !== own.nodeId) {
+      const epoch = await this.#epochOf(id, await own.ownerOf(id));
+      if (epoch === null) {
         if (a) this.drop(id);
         return;
       }
-      own.epochs.set(id, owner.epoch);
+      own.epochs.set(id, epoch);
     }
     const def = await this.defs.get(row.workflow, row.version);
     if (!def) {

@@ -93,6 +93,8 @@ interface CommitRowParam extends ExecutionRow {
   wake_at_ms: number | null;
   owner_node?: string;
   owner_epoch?: number;
+  /** A create's process (its ownership row's instance). */
+  owner_instance?: string;
   /** Every item of this execution in the batch is steady: its row is not written. */
   steady?: boolean;
 }
@@ -162,6 +164,9 @@ function commitParams(items: AppendItem[]): { rows: CommitRowParam[]; events: Co
     if (item.shared) {
       row.owner_node = item.shared.node_id;
       row.owner_epoch = item.shared.epoch;
+      if (row.is_create && item.shared.instance !== undefined) {
+        row.owner_instance = item.shared.instance;
+      }
     }
     rows.set(id, row);
     for (const data of item.events) {

@@ -92,6 +92,8 @@ export interface TaskRow {
 export interface SharedAppend {
   node_id: string;
   epoch: number;
+  /** A create's: the process creating it (its ownership row's `instance`). */
+  instance?: string;
   enqueue: TaskRow[];
   /** Units no longer queued (their queued row goes; a claimed one is cancelled). */
   gone: string[];
@@ -149,6 +151,8 @@ export interface ExecutionPage {
 /** Raised by `commit` when the fence of a clustered store rejects the append. */
 export class FencedError extends Error {
   override name = "FencedError";
+  /** Shared mode: the node the execution's ownership row names (null: none), when known. */
+  ownerNode?: string | null;
 }
 
 /**
@@ -191,11 +195,13 @@ export function ownerFencedError(
   owner: { node_id: string | null; epoch: number | null },
   held: number,
 ): FencedError {
-  return new FencedError(
+  const e = new FencedError(
     owner.node_id === null
       ? `fenced: execution \`${executionId}\` is owned by no node; this node held epoch ${held}`
       : `fenced: execution \`${executionId}\` is owned by node \`${owner.node_id}\` at epoch ${owner.epoch}; this node held epoch ${held}`,
   );
+  e.ownerNode = owner.node_id;
+  return e;
 }
 
 /** The FencedError of a write refused because the cluster moved past the caller's term. */

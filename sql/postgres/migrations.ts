@@ -238,4 +238,17 @@ CREATE INDEX orbit_tasks_claim_idx ON orbit_tasks (task_name, enqueued_ms) WHERE
 DROP INDEX IF EXISTS execution_events_execution_idx;
 `,
   },
+  {
+    version: 8,
+    name: "ownership per process",
+    sql: `
+-- instance: the process (orbit_nodes.instance) that obtained the row's epoch, by creating the
+-- execution, taking it over or resuming it after a restart. A process adopts an epoch it reads
+-- only from a row of its own instance: a process replaced under its node id (the new one bumped
+-- the epochs) must not come back at its successor's epoch (cluster/shared.ts). Rows already
+-- there belong to their node's current process.
+ALTER TABLE orbit_owners ADD COLUMN instance text;
+UPDATE orbit_owners o SET instance = n.instance FROM orbit_nodes n WHERE n.node_id = o.node_id;
+`,
+  },
 ];

@@ -96,7 +96,7 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
     execution_id text, run_id text, root_id text, parent_id text, workflow text, version text,
     status text, input jsonb, output jsonb, error jsonb, created_ms bigint, closed_ms bigint,
     updated_ms bigint, last_seq bigint, is_create boolean, owner_node text, owner_epoch bigint,
-    wake_at_ms bigint, steady boolean)
+    wake_at_ms bigint, steady boolean, owner_instance text)
 )`);
   if (parts.update) {
     cte.push(`own AS (
@@ -202,8 +202,8 @@ function commitOwnedStatement(parts: CommitOwnedParts): string {
   RETURNING 1
 )`);
     cte.push(`owner_in AS (
-  INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
-  SELECT execution_id, root_id, owner_node, owner_epoch, updated_ms FROM item
+  INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms, instance)
+  SELECT execution_id, root_id, owner_node, owner_epoch, updated_ms, owner_instance FROM item
   WHERE is_create AND status IN ('running', 'continued')
     AND execution_id IN (SELECT execution_id FROM ${ok})
   RETURNING 1
@@ -398,8 +398,8 @@ function fencedColumn(parts: CommitOwnedParts): string {
  *   a terminal status that were neither fenced nor lost); the caller notifies (orbit_tasks,
  *   orbit_done) in a statement of its own once the commit is known.
  *
- * Params: $1 rows (+ is_create, owner_node, owner_epoch), $2 events, $3 enqueue
- * [{execution_id, run_id, step, attempt, unit, task_name, contract_version, language,
+ * Params: $1 rows (+ is_create, owner_node, owner_epoch; owner_instance on creates), $2 events,
+ * $3 enqueue [{execution_id, run_id, step, attempt, unit, task_name, contract_version, language,
  * enqueued_ms, payload}], $4 gone [{execution_id, unit}], $5 cancel [{execution_id, token}],
  * $6 done [{execution_id, token}], $7 inbox entries applied [{execution_id, seq}], $8 take
  * [{execution_id, unit, token, session_id, claimed_by, claimed_ms, head_ms}].
@@ -507,23 +507,59 @@ CROSS JOIN LATERAL (SELECT o.root_id FROM orbit_owners o WHERE o.node_id = d.nod
 ORDER BY x.root_id LIMIT 10000`;
 
 /**
+ * This process still holds its node id (its instance is on the node's row), with that row
+ * locked FOR SHARE until the statement ends: a process that joins under the id meanwhile waits
+ * for it (NODE_JOIN updates the row), then bumps what this one took. A process replaced under
+ * its id takes nothing: what it took would belong to no live process. $1 me, then the
+ * instance's parameter.
+ */
+const stillMe = (instance: number) =>
+  `me AS (SELECT 1 FROM orbit_nodes WHERE node_id = $1 AND instance = $${instance} FOR SHARE)`;
+
+/**
  * The single-winner takeover of a batch of trees from one dead node: a second server trying
- * the same rows waits for the first, re-reads them and updates nothing.
- * Params: $1 me, $2 root ids, $3 dead node, $4 now.
+ * the same rows waits for the first, re-reads them and updates nothing. The rows record this
+ * process's instance (the epoch is its own). Params: $1 me, $2 root ids, $3 dead node, $4 now,
+ * $5 instance.
  */
 export const TAKE_OVER = `
-UPDATE orbit_owners SET node_id = $1, epoch = epoch + 1, since_ms = $4
-WHERE root_id = ANY (${list(2)}) AND node_id = $3
+WITH ${stillMe(5)}
+UPDATE orbit_owners SET node_id = $1, epoch = epoch + 1, since_ms = $4, instance = $5
+WHERE root_id = ANY (${list(2)}) AND node_id = $3 AND EXISTS (SELECT 1 FROM me)
 RETURNING execution_id, root_id, epoch`;
 
-/** A restart under the same node id fences the previous process. Params: $1 me, $2 now. */
+/**
+ * A restart under the same node id fences the previous process: every row of the node gets a
+ * new epoch, and this process's instance (the previous process then cannot read the new epoch
+ * as its own: see OWNER_OF). Params: $1 me, $2 now, $3 instance.
+ */
 export const BUMP_OWN_EPOCHS = `
-UPDATE orbit_owners SET epoch = epoch + 1, since_ms = $2 WHERE node_id = $1
+WITH ${stillMe(3)}
+UPDATE orbit_owners SET epoch = epoch + 1, since_ms = $2, instance = $3
+WHERE node_id = $1 AND EXISTS (SELECT 1 FROM me)
 RETURNING execution_id, root_id, epoch`;
 
-/** The owner of one execution. Params: $1 execution_id. */
+/**
+ * A tree whose ownership row names this node id for another process of it: one replaced by
+ * this process that created it after this one's resume bumped the node's rows (its create was
+ * in flight, or came before its heartbeat told it). Only the process on the node's row takes
+ * it (new epoch, its instance), which fences the replaced one; a replaced process takes
+ * nothing. Params: $1 me, $2 execution_id, $3 instance, $4 now.
+ */
+export const RECLAIM = `
+WITH ${stillMe(3)}
+UPDATE orbit_owners SET epoch = epoch + 1, since_ms = $4, instance = $3
+WHERE root_id = (SELECT root_id FROM orbit_owners WHERE execution_id = $2) AND node_id = $1
+  AND instance IS DISTINCT FROM $3 AND EXISTS (SELECT 1 FROM me)
+RETURNING execution_id, root_id, epoch`;
+
+/**
+ * The owner of one execution, and the process (instance) whose epoch it is: a node adopts the
+ * epoch only when both name it, so that an epoch is only ever used by the process that
+ * obtained it. Params: $1 execution_id.
+ */
 export const OWNER_OF = `
-SELECT o.node_id, o.epoch, n.addr FROM orbit_owners o
+SELECT o.node_id, o.epoch, o.instance, n.addr FROM orbit_owners o
 LEFT JOIN orbit_nodes n ON n.node_id = o.node_id WHERE o.execution_id = $1`;
 
 /**
@@ -535,36 +571,44 @@ SELECT execution_id, status, wake_at_ms FROM workflow_executions
 WHERE execution_id = ANY (${list(1)})`;
 
 /**
- * The running executions this node owns whose next timer is due at or before $2, with the
+ * The running executions this process owns whose next timer is due at or before $2, with the
  * epoch it owns them at, in (wake_at_ms, execution_id) order after the keyset ($3, $4), at
  * most $5 (the single server's LIST_WAKING, joined with orbit_owners: a node loads only what
- * it owns). Params: $1 me, $2 before, $3 after wake_at_ms, $4 after execution_id, $5 limit.
+ * it owns, at epochs of its own instance). Params: $1 me, $2 before, $3 after wake_at_ms,
+ * $4 after execution_id, $5 limit, $6 instance.
  */
 export const LIST_WAKING_OWNED = `
 SELECT x.execution_id, x.wake_at_ms, o.epoch FROM workflow_executions x
-JOIN orbit_owners o ON o.execution_id = x.execution_id AND o.node_id = $1
+JOIN orbit_owners o ON o.execution_id = x.execution_id AND o.node_id = $1 AND o.instance = $6
 WHERE x.wake_at_ms IS NOT NULL AND x.wake_at_ms > 0 AND x.wake_at_ms <= $2
   AND (x.wake_at_ms, x.execution_id) > ($3::bigint, $4::text) AND x.status = 'running'
 ORDER BY x.wake_at_ms, x.execution_id LIMIT $5`;
 
-/** How many running executions a node owns (in memory or not). Params: $1 me. */
+/**
+ * How many running executions this process owns (in memory or not). Params: $1 me,
+ * $2 instance.
+ */
 export const COUNT_OWNED_RUNNING = `
 SELECT count(*) AS n FROM orbit_owners o
 JOIN workflow_executions x ON x.execution_id = o.execution_id AND x.status = 'running'
-WHERE o.node_id = $1`;
-
-/** Which of these executions this node owns, at which epoch. Params: $1 me, $2 ids. */
-export const OWNED_AMONG = `
-SELECT execution_id, epoch FROM orbit_owners
-WHERE node_id = $1 AND execution_id = ANY (${list(2)})`;
+WHERE o.node_id = $1 AND o.instance = $2`;
 
 /**
- * What this node owns of these trees, at which epoch: after a takeover whose statement failed
- * on this side (it may have committed with its answer lost). Params: $1 me, $2 root ids.
+ * Which of these executions this process owns, at which epoch. Params: $1 me, $2 ids,
+ * $3 instance.
+ */
+export const OWNED_AMONG = `
+SELECT execution_id, epoch FROM orbit_owners
+WHERE node_id = $1 AND execution_id = ANY (${list(2)}) AND instance = $3`;
+
+/**
+ * What this process owns of these trees, at which epoch: after a takeover whose statement
+ * failed on this side (it may have committed with its answer lost). Params: $1 me, $2 root
+ * ids, $3 instance.
  */
 export const OWNED_OF_ROOTS = `
 SELECT execution_id, epoch FROM orbit_owners
-WHERE node_id = $1 AND root_id = ANY (${list(2)})`;
+WHERE node_id = $1 AND root_id = ANY (${list(2)}) AND instance = $3`;
 
 // ---------------------------------------------------------------------------------------------
 // orbit_tasks: the shared queue
@@ -753,18 +797,19 @@ GROUP BY task_name, contract_version`;
  */
 /**
  * A command for an execution's owner, in one statement: reads the owner and, when it is
- * another node, writes the entry into its inbox. Answers the owner (no row: nobody owns it)
- * and the entry's seq (null: owned by $1, nothing written).
+ * another node, writes the entry into its inbox. Answers the owner (no row: nobody owns it),
+ * the process whose epoch it is (see OWNER_OF) and the entry's seq (null: owned by $1,
+ * nothing written).
  * Params: $1 me, $2 execution_id, $3 kind, $4 payload, $5 created_ms, $6 reply_to.
  */
 export const FORWARD = `
-WITH o AS (SELECT node_id, epoch FROM orbit_owners WHERE execution_id = $2),
+WITH o AS (SELECT node_id, epoch, instance FROM orbit_owners WHERE execution_id = $2),
 ins AS (
   INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms, reply_to)
   SELECT o.node_id, $2, $3, $4::jsonb, $5, $6 FROM o WHERE o.node_id <> $1
   RETURNING seq
 )
-SELECT o.node_id, o.epoch, (SELECT seq FROM ins) AS seq FROM o`;
+SELECT o.node_id, o.epoch, o.instance, (SELECT seq FROM ins) AS seq FROM o`;
 
 /** The inputs of tasks whose reply left them out (too large for a notification). */
 export const TASK_INPUTS = `

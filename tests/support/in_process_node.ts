@@ -17,7 +17,12 @@ import { createApp } from "../../routes/app.ts";
 export function inProcessNode(
   url: string,
   nodeId: string,
-  opts: { nodeTimeoutMs?: number; afterStatement?: (text: string) => void } = {},
+  opts: {
+    nodeTimeoutMs?: number;
+    afterStatement?: (text: string) => void;
+    /** What the server would exit with (default: thrown). */
+    onFatal?: (message: string) => void;
+  } = {},
 ) {
   const n: SharedNode = new SharedNode({
     url,
@@ -27,9 +32,9 @@ export function inProcessNode(
     runtime: (store, shared) =>
       new Runtime(store, { sessionTimeoutMs: 3000, maxActiveExecutions: null, cluster: n, shared }),
     app: (rt) => createApp(rt, { token: null, maxBodyBytes: 1 << 20, ui: false }),
-    onFatal: (message) => {
+    onFatal: opts.onFatal ?? ((message) => {
       throw new Error(message);
-    },
+    }),
     ...(opts.afterStatement ? { afterStatement: opts.afterStatement } : {}),
   });
   const call = async (method: string, path: string, body?: unknown) => {
