@@ -202,6 +202,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
   #joined = false;
   #resumed = false;
   #stopped = false;
+  /** Another process joined under this node id (#heartbeat): this one serves no writes. */
+  #replaced = false;
   #lastBeat = 0;
   #beatFailed = false;
   #ticking = false;
@@ -342,8 +344,21 @@ export class SharedNode implements ClusterView, RemoteCommands {
     };
   }
 
-  readonly fetch = (req: Request, info: Deno.ServeHandlerInfo): Response | Promise<Response> =>
-    this.#app!.fetch(req, info);
+  /**
+   * The app; once another process took this node id (#heartbeat), every request but a read
+   * answers 503 NODE_REPLACED until the server exits (main.ts: onFatal), so that nothing is
+   * written meanwhile.
+   */
+  readonly fetch = (req: Request, info: Deno.ServeHandlerInfo): Response | Promise<Response> => {
+    if (this.#replaced && req.method !== "GET" && req.method !== "HEAD") {
+      const e = this.#replacedError();
+      return new Response(JSON.stringify(e.toBody()), {
+        status: e.status,
+        headers: { "content-type": "application/json", ...e.headers },
+      });
+    }
+    return this.#app!.fetch(req, info);
+  };
 
   /** Opens the connections and builds the runtime; the server can listen once this resolves. */
   async open(): Promise<void> {
@@ -715,6 +730,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     }
     if (rows.length === 0) {
       // Another process joined under this id after this one was silent past the node timeout.
+      this.#replaced = true;
       this.#stopped = true;
       for (const id of this.#rt!.executions.heldIds()) this.#rt!.executions.drop(id);
       const msg = `node id \`${this.opts.nodeId}\` was taken by another process while this ` +
@@ -781,14 +797,19 @@ export class SharedNode implements ClusterView, RemoteCommands {
     return Number(mine.epoch);
   }
 
-  /** A command for an execution that this process's node id holds in another process. */
-  #replacedError(id: string): OrbitError {
+  /**
+   * A request reached this process after another one took its node id, or a command for an
+   * execution that its node id holds in another process (`id`).
+   */
+  #replacedError(id?: string): OrbitError {
+    const what = id === undefined
+      ? `node id \`${this.opts.nodeId}\` was taken by another process`
+      : `execution ${id} is owned by node \`${this.opts.nodeId}\` in another process`;
     return new OrbitError(
       503,
       "NODE_REPLACED",
-      `execution ${id} is owned by node \`${this.opts.nodeId}\` in another process: a server ` +
-        "started with this server's --node-id replaced this one; nothing was applied, retry " +
-        "through another server",
+      `${what}: a server started with this server's --node-id replaced it, and this one stops ` +
+        "serving; nothing was applied, retry through another server",
       { node_id: this.opts.nodeId, retry_after_s: 1 },
       { "retry-after": "1" },
     );

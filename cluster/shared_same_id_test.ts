@@ -108,6 +108,17 @@ Deno.test({
       }, "same-late completed");
       assert.equal(lateDone.output, "taken back");
 
+      // Once its heartbeat runs, the old process finds another instance on its row and stops
+      // serving: writes answer 503 from then on.
+      paused = false;
+      await waitFor(() => !old.n.serving() && fatal.length > 0, "the old process stops");
+      const after = await old.call("POST", "/v1/executions", {
+        workflow: "Waiter",
+        execution_id: "same-2",
+        input: {},
+      });
+      assert.equal(after.status, 503, JSON.stringify(after.body));
+      assert.equal(after.body.error.code, "NODE_REPLACED");
       assert.ok(fresh.n.serving());
     } finally {
       await sql.end({ timeout: 1 });
