@@ -700,6 +700,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     try {
       if (this.#stopped || !this.serving()) return;
       await this.#takeOver();
+      await this.#reclaimStale();
       this.drain();
       if (++this.#ticks % 5 === 0) await this.#orphanInbox();
     } catch (e) {
@@ -778,6 +779,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
     ]);
     const mine = rows.find((r) => r.execution_id === id);
     if (!mine) {
+      // Taken back meanwhile (#reclaimStale), or this process was replaced.
+      const [o] = await this.#sql("req")<{ node_id: string; epoch: number; instance: string }>(
+        q.OWNER_OF,
+        [id],
+      );
+      if (o?.node_id === this.opts.nodeId && o.instance === this.instance) return Number(o.epoch);
       this.#checkReplaced();
       return null;
     }
@@ -795,6 +802,30 @@ export class SharedNode implements ClusterView, RemoteCommands {
       );
     }
     return Number(mine.epoch);
+  }
+
+  /**
+   * Every second: trees of this node id held by a process this one replaced (its late starts,
+   * see RECLAIM) are taken back and adopted as at a takeover, so that one nothing reaches (a
+   * timer, a child's end) does not wait for the node's next restart. A replaced process takes
+   * nothing and checks its heartbeat.
+   */
+  async #reclaimStale(): Promise<void> {
+    const stale = await this.#sql("hb")<{ root_id: string }>(q.STALE_ROOTS, [
+      this.opts.nodeId,
+      this.instance,
+    ]);
+    if (stale.length === 0) return;
+    const rows = await this.#sql("hb")<{ execution_id: string; epoch: number }>(
+      q.RECLAIM_ROOTS,
+      [this.opts.nodeId, stale.map((r) => r.root_id), this.instance, this.now()],
+    );
+    if (rows.length === 0) return this.#checkReplaced();
+    log.shared.warn("shared: took back executions a replaced process of this node id created", {
+      node_id: this.opts.nodeId,
+      executions: rows.length,
+    });
+    await this.#adopt(rows, "");
   }
 
   /**

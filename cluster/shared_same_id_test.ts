@@ -11,11 +11,15 @@
  */
 import assert from "node:assert/strict";
 import postgres from "postgres";
+import { postgresClient } from "../lib/store/postgres.ts";
 import {
   BUMP_OWN_EPOCHS,
   NODE_HEARTBEAT,
   OWNED_AMONG,
   RECLAIM,
+  RECLAIM_ROOTS,
+  SHARED_CONNECTION_SETTINGS,
+  STALE_ROOTS,
   TAKE_OVER,
 } from "../sql/postgres/shared.ts";
 import { migratedDatabase, sharedPostgres } from "../tests/support/pg.ts";
@@ -86,14 +90,17 @@ Deno.test({
       const signals = history.filter((e) => e.type === "SignalReceived");
       assert.deepEqual(signals.map((e) => e.data.payload), ["new"]);
 
-      // A start the old process commits before it can tell (it was in flight, or came before
-      // its heartbeat) is its own: the new process takes the tree back when it is reached.
-      const late = await old.call("POST", "/v1/executions", {
-        workflow: "Waiter",
-        execution_id: "same-late",
-        input: {},
-      });
-      assert.equal(late.status, 201, JSON.stringify(late.body));
+      // Starts the old process commits before it can tell (in flight, or before its
+      // heartbeat) are its own: the new process takes the trees back, when a command reaches
+      // one or, at the latest, within its next maintenance tick (one nothing reaches).
+      for (const id of ["same-late", "same-quiet"]) {
+        const late = await old.call("POST", "/v1/executions", {
+          workflow: "Waiter",
+          execution_id: id,
+          input: {},
+        });
+        assert.equal(late.status, 201, JSON.stringify(late.body));
+      }
       const back = await fresh.call("POST", "/v1/executions/same-late/signals/go", {
         payload: "taken back",
       });
@@ -107,6 +114,10 @@ Deno.test({
         return r.body.status === "completed" ? r.body : null;
       }, "same-late completed");
       assert.equal(lateDone.output, "taken back");
+      await waitFor(async () => {
+        const [o] = await sql`SELECT instance FROM orbit_owners WHERE execution_id = 'same-quiet'`;
+        return o?.instance === fresh.n.instance && fresh.n.runtime.executions.holds("same-quiet");
+      }, "same-quiet taken back and loaded by the new process");
 
       // Once its heartbeat runs, the old process finds another instance on its row and stops
       // serving: writes answer 503 from then on.
@@ -150,6 +161,17 @@ Deno.test(
       );
       assert.deepEqual(rows(await sql.unsafe(BUMP_OWN_EPOCHS, ["node-x", 5, "old"])), []);
       assert.deepEqual(rows(await sql.unsafe(RECLAIM, ["node-x", "late", "old", 5])), []);
+      assert.deepEqual(
+        rows(await sql.unsafe(RECLAIM_ROOTS, ["node-x", ["late"], "old", 5])),
+        [],
+      );
+      // Rows of another instance, whether it sorts before or after this one's; none of its own.
+      for (const me of ["new", "a", "z", "old"]) {
+        assert.deepEqual(
+          [...await sql.unsafe(STALE_ROOTS, ["node-x", me])].map((r) => r.root_id),
+          me === "old" ? [] : ["late"],
+        );
+      }
 
       assert.deepEqual(rows(await sql.unsafe(RECLAIM, ["node-x", "late/c", "new", 5])), [
         "late/c@2",
@@ -166,6 +188,45 @@ Deno.test(
       );
       // What the old process reads as its own: nothing.
       assert.deepEqual([...await sql.unsafe(OWNED_AMONG, ["node-x", ["d-1", "late"], "old"])], []);
+    } finally {
+      await sql.end({ timeout: 1 });
+    }
+  },
+);
+
+Deno.test(
+  "shared ownership statements: the per-second look for rows of a replaced process " +
+    "reads none of this process's own",
+  async () => {
+    // STALE_ROOTS runs every second on every node; a generic plan made while orbit_owners was
+    // empty must still find the other instances' rows through index conditions alone.
+    const url = await migratedDatabase();
+    const sql = postgresClient(url, {
+      max: 1,
+      applicationName: "orbit-test",
+      settings: SHARED_CONNECTION_SETTINGS,
+    });
+    try {
+      await sql`SET plan_cache_mode = force_generic_plan`;
+      await sql.unsafe(`PREPARE stale (text, text) AS ${STALE_ROOTS}`);
+      assert.deepEqual([...await sql.unsafe(`EXECUTE stale ('node-x', 'new')`)], []);
+      await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms, instance)
+      SELECT 'x' || i, 'x' || i, 'node-x', 1, 0, 'new' FROM generate_series(1, 5000) AS i`;
+      await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms, instance)
+      VALUES ('late', 'late', 'node-x', 1, 0, 'old')`;
+      const [plan] = await sql.unsafe(
+        `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE stale ('node-x', 'new')`,
+      );
+      let read = 0;
+      const walk = (n: Record<string, unknown>) => {
+        if (n["Relation Name"] === "orbit_owners") {
+          read += (Number(n["Actual Rows"] ?? 0) + Number(n["Rows Removed by Filter"] ?? 0)) *
+            Number(n["Actual Loops"] ?? 1);
+        }
+        for (const c of (n["Plans"] as Record<string, unknown>[] | undefined) ?? []) walk(c);
+      };
+      walk((plan!["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+      assert.equal(read, 1, "rows of orbit_owners read");
     } finally {
       await sql.end({ timeout: 1 });
     }

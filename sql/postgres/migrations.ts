@@ -246,9 +246,12 @@ DROP INDEX IF EXISTS execution_events_execution_idx;
 -- execution, taking it over or resuming it after a restart. A process adopts an epoch it reads
 -- only from a row of its own instance: a process replaced under its node id (the new one bumped
 -- the epochs) must not come back at its successor's epoch (cluster/shared.ts). Rows already
--- there belong to their node's current process.
+-- there belong to their node's current process. The node index carries the instance, so that
+-- the rows of a node held by another process of it are found in a few index probes (STALE_ROOTS).
 ALTER TABLE orbit_owners ADD COLUMN instance text;
 UPDATE orbit_owners o SET instance = n.instance FROM orbit_nodes n WHERE n.node_id = o.node_id;
+DROP INDEX IF EXISTS orbit_owners_node_idx;
+CREATE INDEX orbit_owners_node_idx ON orbit_owners (node_id, instance);
 `,
   },
 ];

@@ -483,7 +483,7 @@ FROM orbit_nodes n ORDER BY n.node_id`;
  * $1. Params: $1 node_id, $2 node timeout ms.
  *
  * Run every second by every node. The nodes that own anything are found by walking
- * `orbit_owners_node_idx` from one node id to the next (a handful of index probes), and only the
+ * `orbit_owners_node_idx` (node_id, instance) from one node id to the next (a handful of index probes), and only the
  * rows of dead ones are read (a lateral join from the dead nodes, kept from being flattened by
  * `OFFSET 0`, so that no plan walks every ownership row in root order looking for them):
  * filtering every ownership row instead took 182 ms a run with 200,000 executions owned by two
@@ -551,6 +551,30 @@ WITH ${stillMe(3)}
 UPDATE orbit_owners SET epoch = epoch + 1, since_ms = $4, instance = $3
 WHERE root_id = (SELECT root_id FROM orbit_owners WHERE execution_id = $2) AND node_id = $1
   AND instance IS DISTINCT FROM $3 AND EXISTS (SELECT 1 FROM me)
+RETURNING execution_id, root_id, epoch`;
+
+/**
+ * Up to 100 trees with a row that names this node id for another process of it (see RECLAIM),
+ * looked for every second: three ranges of `orbit_owners_node_idx` (node_id, instance) around
+ * this process's instance, empty but for a replaced process's late starts. Each range is its
+ * own index condition: as one `OR` filter, the plan read every row of the node (10,000 a run).
+ * Params: $1 me, $2 instance.
+ */
+export const STALE_ROOTS = `
+SELECT DISTINCT root_id FROM (
+  (SELECT root_id FROM orbit_owners WHERE node_id = $1 AND instance < $2 LIMIT 100)
+  UNION ALL
+  (SELECT root_id FROM orbit_owners WHERE node_id = $1 AND instance > $2 LIMIT 100)
+  UNION ALL
+  (SELECT root_id FROM orbit_owners WHERE node_id = $1 AND instance IS NULL LIMIT 100)
+) s LIMIT 100`;
+
+/** RECLAIM for whole trees (STALE_ROOTS). Params: $1 me, $2 root ids, $3 instance, $4 now. */
+export const RECLAIM_ROOTS = `
+WITH ${stillMe(3)}
+UPDATE orbit_owners SET epoch = epoch + 1, since_ms = $4, instance = $3
+WHERE root_id = ANY (${list(2)}) AND node_id = $1 AND instance IS DISTINCT FROM $3
+  AND EXISTS (SELECT 1 FROM me)
 RETURNING execution_id, root_id, epoch`;
 
 /**
