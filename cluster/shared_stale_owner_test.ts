@@ -13,6 +13,12 @@ import { startedNode } from "../tests/support/in_process_node.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { READ_INBOX, TAKE_OVER } from "../sql/postgres/shared.ts";
 
+/** The process on a node's row (TAKE_OVER records it on the rows it takes). */
+async function instanceOf(sql: ReturnType<typeof postgresClient>, node: string): Promise<string> {
+  const [r] = await sql.unsafe("SELECT instance FROM orbit_nodes WHERE node_id = $1", [node]);
+  return String(r!.instance);
+}
+
 Deno.test({
   name: "shared: a node holding an execution it lost hands a result for the new owner's token " +
     "to that owner instead of refusing it",
@@ -33,7 +39,13 @@ Deno.test({
       assert.equal(start.status, 201, JSON.stringify(start.body));
       // Node B takes the tree over as it would from a silent node; node A's heartbeats go on,
       // so nothing makes it look at its ownership again: its memory still holds so-1.
-      const took = await sql.unsafe(TAKE_OVER, ["node-b", ["so-1"], "node-a", Date.now()]);
+      const took = await sql.unsafe(TAKE_OVER, [
+        "node-b",
+        ["so-1"],
+        "node-a",
+        Date.now(),
+        await instanceOf(sql, "node-b"),
+      ]);
       assert.equal(took.length, 1);
       // A worker polling B takes the queued validate: B loads so-1 and records the dispatch.
       const reg = await b.call("POST", "/v1/workers/register", {
@@ -100,7 +112,13 @@ Deno.test({
       });
       assert.equal(start.status, 201, JSON.stringify(start.body));
       // Node A now owns so-2 but has not loaded it.
-      const took = await sql.unsafe(TAKE_OVER, ["node-a", ["so-2"], "node-b", Date.now()]);
+      const took = await sql.unsafe(TAKE_OVER, [
+        "node-a",
+        ["so-2"],
+        "node-b",
+        Date.now(),
+        await instanceOf(sql, "node-a"),
+      ]);
       assert.equal(took.length, 1);
       // A worker polling B claims the queued validate: owned by A, B writes A's `dispatched`.
       const reg = await b.call("POST", "/v1/workers/register", {

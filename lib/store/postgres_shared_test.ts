@@ -29,7 +29,6 @@ import {
   SETTLE_INBOX,
   SHARED_CONNECTION_SETTINGS,
   TAKE_CANCELLED,
-  TAKE_OVER,
   TASKS_OF,
 } from "../../sql/postgres/shared.ts";
 import { waitFor } from "../../tests/support/server.ts";
@@ -240,7 +239,7 @@ Deno.test("postgres shared commit: a child is created only by its parent's owner
     const root = createItem("r");
     await store.commit([owned(root, "n1", 1)]);
     // n2 took the tree over (n1 stopped heartbeating); n1 has not noticed yet.
-    await sql.unsafe(TAKE_OVER, ["n2", ["r"], "n1", 5]);
+    await sql`UPDATE orbit_owners SET node_id = 'n2', epoch = epoch + 1 WHERE root_id = 'r'`;
     const child = createItem("r/c", { root_id: "r", parent_id: "r" });
     const other = createItem("x");
     const r = await store.commit([owned(child, "n1", 1), owned(other, "n1", 1)]) as CommitResult;
@@ -269,7 +268,7 @@ Deno.test("postgres shared commit: a child is created only by its parent's owner
 Deno.test("postgres shared inbox: a node that lost an execution neither reads nor settles its entries", () =>
   withStore(async (store, sql) => {
     await store.commit([owned(createItem("a"), "n1", 1), owned(createItem("f"), "n1", 1)]);
-    await sql.unsafe(TAKE_OVER, ["n2", ["a"], "n1", 5]);
+    await sql`UPDATE orbit_owners SET node_id = 'n2', epoch = epoch + 1 WHERE root_id = 'a'`;
     await sql`INSERT INTO orbit_inbox (node_id, execution_id, kind, payload, created_ms)
             VALUES ('n2', 'a', 'signal', '{}', 1), ('n1', 'gone', 'signal', '{}', 1)`;
     const [ea, eg] = (await sql`SELECT seq FROM orbit_inbox ORDER BY seq`).map((r) =>
