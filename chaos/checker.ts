@@ -44,6 +44,21 @@ export interface StartRecord {
   answered: boolean;
   /** The driver leaves it waiting for a signal on purpose. */
   declaredWait: boolean;
+  /** Signals the driver sent with a distinct payload `{i}`, and what each try was answered. */
+  signals?: SignalRecord[];
+}
+
+/**
+ * One signal the driver sent (`POST …/signals/<signal>` with payload `{"i": key}`) and the
+ * statuses of its tries (0: no answer). A 503 says nothing was applied (a server not ready, a
+ * standby, an owner that did not apply it within 10 s and had it withdrawn); no answer, or a
+ * 500, may have been applied. So it is recorded at most once unless a try went unanswered or
+ * answered 500, and at least once when a try answered 200.
+ */
+export interface SignalRecord {
+  signal: string;
+  key: number;
+  statuses: number[];
 }
 
 export interface FaultRecord {
@@ -388,6 +403,39 @@ export function check(input: CheckInput): CheckResult {
   // 11. Shared: one writer per (execution, epoch), epochs never back along a run.
   if (input.mode === "shared" && input.appends) {
     checkAppends(input.appends, snapshot, eventCount, add);
+  }
+
+  // 12. A signal is recorded once when it was answered, never twice unless a try's outcome
+  // was unknown (no answer, or 500).
+  for (const s of input.starts) {
+    if (!s.signals || s.signals.length === 0 || !execById.has(s.id)) continue;
+    const received = new Map<string, number>();
+    for (const e of snapshot.events.get(s.id) ?? []) {
+      if (e.type !== "SignalReceived" || e.carried_over === true) continue;
+      const i = (e.payload as { i?: unknown } | null)?.i;
+      if (typeof i !== "number") continue;
+      const k = `${e.signal} ${i}`;
+      received.set(k, (received.get(k) ?? 0) + 1);
+    }
+    for (const sig of s.signals) {
+      const n = received.get(`${sig.signal} ${sig.key}`) ?? 0;
+      const unknown = sig.statuses.some((st) => st === 0 || (st >= 500 && st !== 503));
+      const tries = `tries answered ${sig.statuses.join(", ")}`;
+      if (n > 1 && !unknown) {
+        add(
+          "signal-once",
+          s.id,
+          `signal ${sig.signal} {"i": ${sig.key}} recorded ${n} times; ${tries}`,
+        );
+      }
+      if (n === 0 && sig.statuses.some((st) => st === 200 || st === 201)) {
+        add(
+          "signal-once",
+          s.id,
+          `signal ${sig.signal} {"i": ${sig.key}} answered but not recorded; ${tries}`,
+        );
+      }
+    }
   }
 
   return {

@@ -118,9 +118,11 @@ export async function retry(
   body: unknown,
   deadline: number,
   timeoutMs?: number,
+  statuses?: number[],
 ): Promise<Reply> {
   for (;;) {
     const r = await call(base(), method, path, body, timeoutMs);
+    statuses?.push(r.status);
     if ((r.status !== 0 && r.status < 500 && r.status !== 429) || Date.now() > deadline) return r;
     await new Promise((res) => setTimeout(res, 200));
   }
@@ -260,9 +262,19 @@ export class Driver {
       const end = Math.min(this.#deadline, Date.now() + 60_000);
       const notes = Math.floor(this.rng.next() * 3);
       for (let i = 0; i < notes; i++) {
-        const r = await retry(this.base, "POST", `/v1/executions/${id}/signals/note`, {
-          payload: { i },
-        }, end);
+        const statuses: number[] = [];
+        const r = await retry(
+          this.base,
+          "POST",
+          `/v1/executions/${id}/signals/note`,
+          {
+            payload: { i },
+          },
+          end,
+          undefined,
+          statuses,
+        );
+        (rec.signals ??= []).push({ signal: "note", key: i, statuses });
         if (r.status === 200 || r.status === 201) this.stats.signals++;
       }
       if (declaredWait) continue;

@@ -258,3 +258,36 @@ Deno.test("chaos checker: two nodes appending at one epoch, or a lower epoch aft
   single.mode = "standby";
   assert.deepEqual(rules(single), []);
 });
+
+Deno.test("chaos checker: a signal recorded twice after answers that said nothing was applied, or answered and never recorded, is named", () => {
+  const note = (i: number) => ev("SignalReceived", { signal: "note", payload: { i } });
+  const events = [...clean()];
+  events.splice(1, 0, note(0), note(0), note(1), note(1));
+  const start = (signals: { signal: string; key: number; statuses: number[] }[]) => ({
+    starts: [{ id: ID, kind: "flow" as const, answered: true, declaredWait: false, signals }],
+  });
+  // Twice after a 503 (nothing applied) and a 200: named. Twice after no answer, or a 500:
+  // the first may have landed, so not named.
+  assert.deepEqual(
+    rules(input(events, start([{ signal: "note", key: 0, statuses: [503, 200] }]))),
+    [
+      "signal-once",
+    ],
+  );
+  assert.deepEqual(
+    rules(input(
+      events,
+      start([
+        { signal: "note", key: 0, statuses: [0, 200] },
+        { signal: "note", key: 1, statuses: [500, 200] },
+      ]),
+    )),
+    [],
+  );
+  // Answered 200 but not in the history.
+  assert.deepEqual(rules(input(events, start([{ signal: "note", key: 2, statuses: [200] }]))), [
+    "signal-once",
+  ]);
+  // Refused (the execution had finished): nothing to find.
+  assert.deepEqual(rules(input(events, start([{ signal: "note", key: 2, statuses: [409] }]))), []);
+});
