@@ -192,14 +192,24 @@ export class Scheduler {
     let next = row.next_fire_ms;
     try {
       let go = true;
-      if (buffered !== null && running.length === 0) {
+      // An occurrence started by an earlier pass whose advance never landed (a lost connection,
+      // a crash, a claim that expired) is in `running` already: it does not overlap itself.
+      const others = (at: number) => {
+        const self = occurrenceId(s.schedule_id, at);
+        return running.filter((id) => id !== self);
+      };
+      const started = (at: number) => {
+        const self = occurrenceId(s.schedule_id, at);
+        if (!running.includes(self)) running.push(self);
+      };
+      if (buffered !== null && others(buffered).length === 0) {
         const outcome = await this.#start(s, buffered, "buffered");
         if (outcome === "retry") go = false;
         else {
           if (outcome === "started") {
             fired++;
             last = buffered;
-            running.push(occurrenceId(s.schedule_id, buffered));
+            started(buffered);
           } else skipped++;
           buffered = null;
         }
@@ -212,7 +222,8 @@ export class Scheduler {
             skipped++;
             continue;
           }
-          const action = overlapAction(s.overlap, running.length, buffered !== null);
+          const overlapping = others(step.at);
+          const action = overlapAction(s.overlap, overlapping.length, buffered !== null);
           if (action === "skip") {
             skipped++;
             continue;
@@ -222,7 +233,8 @@ export class Scheduler {
             continue;
           }
           if (action === "cancel_then_start") {
-            await this.#cancel(s, running.splice(0), step.at);
+            await this.#cancel(s, overlapping, step.at);
+            running.splice(0, running.length, ...running.filter((id) => !overlapping.includes(id)));
           }
           const outcome = await this.#start(s, step.at, step.missed ? "catch_up" : "on_time");
           if (outcome === "retry") {
@@ -232,7 +244,7 @@ export class Scheduler {
           if (outcome === "started") {
             fired++;
             last = step.at;
-            running.push(occurrenceId(s.schedule_id, step.at));
+            started(step.at);
           } else skipped++;
         }
         const missed = plan.steps.filter((x) => x.missed).length + plan.skippedBefore;

@@ -317,3 +317,36 @@ schedulerTest("trigger, pause, resume and PATCH move the schedule as documented"
   await assert.rejects(env.rt.schedules.get("s"), { code: "UNKNOWN_SCHEDULE" });
   await assert.rejects(env.rt.schedules.trigger("s"), { code: "UNKNOWN_SCHEDULE" });
 });
+
+/** Another scheduler's claim on the occurrence at `at`, as one that died mid-pass left it. */
+async function claimedByADeadPass(env: Env, at: number): Promise<void> {
+  const claimed = await env.store.claimSchedule({
+    schedule_id: "s",
+    next_fire_ms: at,
+    owner: "dead",
+    until_ms: at + 30_000,
+    now: at,
+    term: null,
+  });
+  assert.ok(claimed);
+}
+
+for (const overlap of ["skip", "cancel_other", "buffer_one"] as const) {
+  schedulerTest(
+    `overlap ${overlap}: an occurrence started by a pass whose advance never landed is not an overlap with itself`,
+    async (env) => {
+      await create(env, { workflow: "Stuck", overlap });
+      // A pass claimed o(0), started it, and died before its advance.
+      env.clock.t = o(0);
+      await claimedByADeadPass(env, o(0));
+      await env.rt.executions.start({ workflow: "Stuck", execution_id: id(0) });
+      // The next scheduler (a restart drops the old claims) plans o(0) again.
+      const next = env.scheduler("next");
+      await next.start({ loop: false });
+      await passAt(env, o(0) + 1_000, next);
+      assert.deepEqual(await env.executions(), [{ id: id(0), status: "running" }]);
+      const s = await env.rt.schedules.get("s");
+      assert.deepEqual([s.fired, s.skipped, s.buffered_ms, s.next_fire_ms], [1, 0, null, o(1)]);
+    },
+  );
+}
