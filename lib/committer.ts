@@ -7,7 +7,7 @@
  */
 import { setImmediate } from "node:timers";
 import type { AppendItem, Store } from "./store/store.ts";
-import { FencedError } from "./store/store.ts";
+import { DuplicateExecutionError, FencedError } from "./store/store.ts";
 import type { Metrics } from "./metrics.ts";
 
 interface Pending {
@@ -68,17 +68,27 @@ export class GroupCommitter {
     });
   }
 
-  async #commit(batch: Pending[]): Promise<void> {
+  /**
+   * `batchError`: this is an item of a failed batch, retried alone. That batch may have landed
+   * although it reported an error (a connection lost in its commit): a create then fails here
+   * as a duplicate of itself, which would tell its caller that another start made it. It gets
+   * the batch's error instead, whose outcome is unknown: the caller rebuilds the execution from
+   * history.
+   */
+  async #commit(batch: Pending[], batchError?: unknown): Promise<void> {
     const started = performance.now();
     let result;
     try {
       result = await this.store.commit(batch.map((p) => p.item));
     } catch (e) {
       if (batch.length === 1 || e instanceof FencedError) {
-        for (const p of batch) p.reject(e);
+        const error = batchError !== undefined && e instanceof DuplicateExecutionError
+          ? batchError
+          : e;
+        for (const p of batch) p.reject(error);
         return;
       }
-      for (const p of batch) await this.#commit([p]);
+      for (const p of batch) await this.#commit([p], e);
       return;
     }
     this.metrics.appendLatency.observe((performance.now() - started) / 1000);

@@ -719,6 +719,13 @@ export class Executions {
     loaded?: (state: ExecutionState) => void,
   ): Promise<ExecutionRow | null | undefined> {
     if (this.#active.has(id)) return undefined;
+    if (this.#suspect.has(id)) {
+      // A commit of it failed with an unknown outcome (a start that may have landed): the
+      // rebuild marks a landed dispatch uncertain, which a plain load would not, and does not
+      // count it out of the executions left to the store (it never was one).
+      await this.#resync(id);
+      return this.#active.has(id) ? undefined : await this.store.getExecution(id);
+    }
     const row = await this.store.getExecution(id);
     if (!row || (row.status !== "running" && row.status !== "continued")) return row;
     if (this.#active.has(id)) return undefined;

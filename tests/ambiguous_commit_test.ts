@@ -15,6 +15,7 @@ import { readRun } from "../lib/signals.ts";
 import type { HistoryEvent } from "../lib/engine/events.ts";
 import { type CommitFault, faultyStore, rng } from "./support/faulty_store.ts";
 import { stopSharedPostgres, STORES, type StoreTarget } from "./support/stores.ts";
+import { waitFor } from "./support/server.ts";
 
 const WORKFLOW = {
   ir: "orbit-ir/1",
@@ -170,6 +171,127 @@ for (const target of STORES) {
         fault: () => (n++ % 4 === 3 ? "after" : "ok"),
         readFaults: 0,
       });
+    },
+  });
+  Deno.test({
+    name: `a start in a batch that lands but reports a lost connection is loaded and its first ` +
+      `task handed out, with a bounded cache [${target.name}]`,
+    sanitizeOps: false,
+    sanitizeResources: false,
+    fn: async () => {
+      // Retried item by item after the batch failed, the start met its own row
+      // (DuplicateExecutionError) and was answered as another start's execution: with a
+      // bounded cache nothing loaded it, and its first task was never queued.
+      const store = faultyStore(await openStore(await target.newDb()));
+      const rt = new Runtime(store, {
+        sessionTimeoutMs: 60_000,
+        maxActiveExecutions: null,
+        cacheExecutions: 100,
+      });
+      await rt.start();
+      try {
+        await rt.definitions.deploy(WORKFLOW);
+        let armed = true;
+        store.plan = {
+          commit: (_n, items) => {
+            if (!armed || items.length < 2) return "ok";
+            armed = false;
+            return "after";
+          },
+        };
+        const deadline = Date.now() + 30_000;
+        // Starts four at a time until two of them share a commit (the one that fails).
+        const ids: string[] = [];
+        for (let round = 0; armed && round < 20; round++) {
+          const group = [0, 1, 2, 3].map((i) => `x${round}-${i}`);
+          ids.push(...group);
+          await Promise.allSettled(
+            group.map((id) =>
+              rt.executions.start({ workflow: "Three", execution_id: id, input: 1 })
+            ),
+          );
+        }
+        assert.equal(armed, false, "no two starts shared a commit");
+        // The clients retry until answered, as the SDKs do.
+        for (const id of ids) {
+          await retry(
+            () => rt.executions.start({ workflow: "Three", execution_id: id, input: 1 }),
+            deadline,
+          );
+        }
+        const session = await rt.workers.register({
+          worker_id: "w",
+          runtime: "typescript",
+          tasks: TASKS,
+          concurrency: 100,
+        });
+        const got = new Set<string>();
+        await waitFor(
+          async () => {
+            for (const t of await rt.workers.poll(session, 100, 200)) got.add(t.execution_id);
+            return got.size === ids.length;
+          },
+          "every first task",
+          20_000,
+        );
+        assert.deepEqual([...got].sort(), [...ids].sort());
+        for (const id of ids) assert.ok(rt.executions.holds(id), `${id} is in memory`);
+      } finally {
+        store.plan = {};
+        await rt.stop();
+      }
+    },
+  });
+  Deno.test({
+    name: `a wait that comes before the rebuild of a start that landed but reported an error ` +
+      `rebuilds it: the first task its commit dispatched is redelivered [${target.name}]`,
+    sanitizeOps: false,
+    sanitizeResources: false,
+    fn: async () => {
+      const store = faultyStore(await openStore(await target.newDb()));
+      const rt = new Runtime(store, {
+        sessionTimeoutMs: 60_000,
+        maxActiveExecutions: null,
+        cacheExecutions: 100,
+      });
+      await rt.start();
+      try {
+        await rt.definitions.deploy(WORKFLOW);
+        const session = await rt.workers.register({
+          worker_id: "w",
+          runtime: "typescript",
+          tasks: TASKS,
+          concurrency: 1,
+        });
+        // A poll waits (it is set in line before poll() returns its promise): the start hands
+        // it the first task in its own commit, which lands and then reports a lost connection
+        // (the poll does not get that dispatch).
+        const first = rt.workers.poll(session, 1, 1_000);
+        store.plan = { commit: () => "after" };
+        await assert.rejects(
+          rt.executions.start({ workflow: "Three", execution_id: "w1", input: 1 }),
+        );
+        store.plan = {};
+        // At once, before the rebuild that the failed commit scheduled: a wait loads it.
+        const waited = await rt.executions.wait("w1", 10);
+        assert.equal(waited.status, "running");
+        // The dispatch that landed never reached the worker: it is redelivered.
+        let [task] = await first;
+        await waitFor(
+          async () => {
+            task ??= (await rt.workers.poll(session, 1, 200))[0];
+            return task !== undefined;
+          },
+          "the redelivery",
+          10_000,
+        );
+        assert.equal(task!.execution_id, "w1");
+        assert.equal(task!.redelivery, true);
+        assert.equal(rt.executions.running, 1);
+      } finally {
+        store.plan = {};
+        await rt.stop();
+      }
     },
   });
   // ORBIT_FAULT_SEEDS=first-last runs more seeds (a failing seed is replayed the same way).
