@@ -636,6 +636,9 @@ export class SharedNode implements ClusterView, RemoteCommands {
           : Number(w.wake_at_ms),
       };
     }));
+    // A child whose parent ended without its cancel committed (the previous owner stopped in
+    // between) is cancelled now, as after a restart.
+    this.#rt!.children.afterRecovery(ids);
     // Claims the previous owner made for itself and had not recorded as dispatched go back on
     // the queue (a claim for another owner wrote its `dispatched` inbox entry with it).
     const tasks = await this.#sql("hb")<
@@ -1140,7 +1143,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
           return;
         }
         if (err instanceof OrbitError && err.status < 500 && (await this.#settle(e))) {
-          await this.#finish(e, { error: errorOf(err) });
+          this.#finish(e, { error: errorOf(err) });
         }
         return; // storage errors and fencing: the entry stays for the owner to apply
       }
@@ -1162,7 +1165,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         const tasks = take.tasks(r);
         if (tasks.length > 0) reply.tasks = tasks;
       }
-      await this.#finish(e, reply);
+      this.#finish(e, reply);
     } finally {
       this.#applying.delete(e.seq);
     }
@@ -1224,7 +1227,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     return false;
   }
 
-  async #finish(e: InboxEntry, reply: Omit<Reply, "seq">): Promise<void> {
+  #finish(e: InboxEntry, reply: Omit<Reply, "seq">): void {
     if (!e.reply_to) return;
     let text = JSON.stringify({ seq: e.seq, ...reply });
     if (text.length * 3 > REPLY_MAX_BYTES && utf8.encode(text).length > REPLY_MAX_BYTES) {
@@ -1256,9 +1259,9 @@ export class SharedNode implements ClusterView, RemoteCommands {
         await this.#sql("hb")(q.CANCEL_TASK, [String(e.payload.token)]);
       }
       if (e.kind === "complete" || e.kind === "fail") {
-        await this.#finish(e, { accepted: false });
+        this.#finish(e, { accepted: false });
       } else {
-        await this.#finish(e, {
+        this.#finish(e, {
           error: {
             status: 409,
             code: "EXECUTION_FINISHED",

@@ -93,3 +93,56 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "shared: a child whose parent was cancelled by a node that stopped before the child's " +
+    "cancel committed is cancelled by the node that takes the tree over",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const url = await (await sharedPostgres()).createDatabase();
+    const a = await startedNode(url, "node-a");
+    const b = await startedNode(url, "node-b");
+    const sql = postgres(url, { max: 1, onnotice: () => {} });
+    try {
+      for (const wf of [WAITER_WORKFLOW, PARENT_WORKFLOW]) {
+        assert.equal((await a.call("POST", "/v1/workflows", wf)).status, 201);
+      }
+      const st = await a.call("POST", "/v1/executions", {
+        workflow: "Parent",
+        execution_id: "p-2",
+        input: {},
+      });
+      assert.equal(st.status, 201, JSON.stringify(st.body));
+      await waitFor(
+        async () => (await b.call("GET", "/v1/executions/p-2.w")).body.status === "running",
+        "the child to start",
+        10_000,
+      );
+      // The window: the parent's cancel commits on A, and A stops before the child's does
+      // (here the child's cancel fails on A, then A stops without leaving).
+      const ex = a.n.runtime.executions;
+      const cancel = ex.cancel.bind(ex);
+      ex.cancel = (id: string, reason: string) =>
+        id === "p-2.w" ? Promise.reject(new Error("the process stopped")) : cancel(id, reason);
+      const c = await b.call("POST", "/v1/executions/p-2/cancel", { reason: "stop" });
+      assert.equal(c.status, 200, JSON.stringify(c.body));
+      assert.equal(c.body.status, "cancelled");
+      await a.n.abort();
+      const child = await waitFor(
+        async () => {
+          const r = await b.call("GET", "/v1/executions/p-2.w");
+          return r.body.status === "cancelled" ? r.body : null;
+        },
+        "node B to take the tree over and cancel the child",
+        20_000,
+      );
+      assert.equal(child.parent_id, "p-2");
+      const [o] = await sql`SELECT count(*)::int AS n FROM orbit_owners`;
+      assert.equal(o!.n, 0);
+    } finally {
+      await sql.end({ timeout: 1 });
+      await b.n.stop();
+    }
+  },
+});

@@ -60,9 +60,16 @@ export class Children implements ExecutionObserver {
     }
   }
 
-  /** After recovery: cancel running children whose parent no longer waits for them. */
-  afterRecovery(): void {
-    for (const s of [...this.executions.heldStates()]) {
+  /**
+   * After recovery, or a takeover of `ids` (shared mode): cancel running children whose parent
+   * no longer waits for them (the parent ended, and the node that ended it stopped before the
+   * child's cancel committed).
+   */
+  afterRecovery(ids?: Iterable<string>): void {
+    const states = ids
+      ? [...ids].map((id) => this.executions.stateOf(id)).filter((s) => s !== undefined)
+      : [...this.executions.heldStates()];
+    for (const s of states) {
       const id = s.execution_id;
       const parentId = s.parent_id;
       if (parentId === null) continue;
@@ -86,7 +93,17 @@ export class Children implements ExecutionObserver {
 
   #cancel(childId: string, parentId: string): void {
     this.executions.cancel(childId, `parent execution ${parentId} no longer waits for it`)
-      .catch(() => {/* finished or never started: nothing to cancel */});
+      .catch((e) => {
+        // Finished or never started: nothing to cancel. Anything else (the store, an owner
+        // that did not answer) is tried again: a child left running would run for ever.
+        if (e instanceof OrbitError && e.status < 500) return;
+        log.engine.warn("cannot cancel a child its parent no longer waits for; retrying", {
+          execution_id: childId,
+          parent_id: parentId,
+          error: (e as Error).message,
+        });
+        this.#later(() => this.#cancel(childId, parentId));
+      });
   }
 
   #deliver(
