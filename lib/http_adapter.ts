@@ -13,8 +13,11 @@
  * not. Redirects are not followed (a 3xx is the step's output), so a redirect cannot leave the
  * allow list. A call in flight when the server stopped is redone one `--session-timeout` after
  * recovery, as the reference page has it for a new leader (StepAttemptUncertain, then the same
- * attempt again with the same key): the old server's call may still finish meanwhile.
+ * attempt again with the same key): the old server's call may still finish meanwhile. A
+ * dispatch or result whose commit failed is committed again by the adapter itself after a
+ * short pause (see `#attempt`): nothing else would move the step.
  */
+import type { Command } from "./engine/decide.ts";
 import type { ErrorInfo } from "./engine/events.ts";
 import { httpAllowed, httpRefusal } from "./engine/http_allow.ts";
 import { type ExecutionState, openSteps, type StepState } from "./engine/state.ts";
@@ -24,6 +27,9 @@ import { log } from "./log.ts";
 export const HTTP_WORKER = "orbit-http";
 /** Responses larger than this fail the attempt (HTTP_RESPONSE_TOO_LARGE, not retried). */
 export const MAX_RESPONSE_BYTES = 1 << 20;
+/** The pause before a failed commit of a dispatch or a result is tried again; it doubles. */
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 5_000;
 
 interface Request {
   method: string;
@@ -93,40 +99,110 @@ export class HttpAdapter implements ExecutionObserver {
   #run(id: string, st: StepState): void {
     const key = `${id}\u0000${st.id}\u0000${st.attempt}`;
     if (this.#inflight.has(key)) return;
-    const abort = new AbortController();
-    this.#inflight.set(key, { execution: id, step: st.id, abort });
+    const entry = { execution: id, step: st.id, abort: new AbortController() };
+    this.#inflight.set(key, entry);
     (async () => {
-      const token = `${id}/${this.opts.newId()}`;
-      const r = await this.executions.command(id, {
-        type: "dispatch",
-        step: st.id,
-        token,
-        worker_id: HTTP_WORKER,
-        worker_session: HTTP_WORKER,
-      });
-      const now = r?.accepted ? r.state.steps[st.id] : undefined;
-      if (!now) return;
-      const outcome = await this.call(
-        now.input as Request,
-        now.idempotency_key,
-        now.timeout_ms,
-        abort.signal,
-      );
-      if (abort.signal.aborted || this.#stopped) return;
-      await this.executions.command(
-        id,
-        "error" in outcome
-          ? { type: "fail", token, error: outcome.error }
-          : { type: "complete", token, output: outcome.output },
-      );
+      try {
+        await this.#attempt(id, st.id, st.attempt, entry.abort.signal);
+      } finally {
+        // In the same turn as the attempt's last look at the step: an install after it finds
+        // the key free and runs the step again.
+        if (this.#inflight.get(key) === entry) this.#inflight.delete(key);
+      }
     })().catch((e) => {
-      // The attempt's deadline fails it if its result could not be recorded.
       log.engine.error("HTTP step failed in the adapter", {
         execution_id: id,
         step: st.id,
         error: (e as Error).message,
       });
-    }).finally(() => this.#inflight.delete(key));
+    });
+  }
+
+  /**
+   * One attempt of an http step: record its dispatch, call, record the result.
+   *
+   * Nothing but this adapter moves the step while it is scheduled or dispatched (no deadline
+   * unless it has `timeout_s`), so a commit that fails is tried again here, after a pause,
+   * while the execution is held and the step is where the failed commit left it. Each retry
+   * goes through `command`, which first rebuilds memory from history when the failed commit
+   * may have landed: a dispatch that landed then finds the step dispatched (and `#resync` marks
+   * that token uncertain, whose redelivery makes the call), a result that landed finds the
+   * step closed; neither is appended twice, and no call is made twice for one recorded
+   * dispatch unless the history marks it uncertain.
+   */
+  async #attempt(id: string, step: string, attempt: number, signal: AbortSignal): Promise<void> {
+    let token = "";
+    let now: StepState | undefined;
+    for (let pause = RETRY_FIRST_MS;; pause = Math.min(2 * pause, RETRY_MAX_MS)) {
+      token = `${id}/${this.opts.newId()}`;
+      try {
+        const r = await this.executions.command(id, {
+          type: "dispatch",
+          step,
+          token,
+          worker_id: HTTP_WORKER,
+          worker_session: HTTP_WORKER,
+        });
+        now = r?.accepted ? r.state.steps[step] : undefined;
+        break;
+      } catch (e) {
+        this.#retrying("dispatch", id, step, e, pause);
+      }
+      if (!(await this.#pause(pause, signal))) return;
+      const cur = this.executions.stateOf(id)?.steps[step];
+      if (cur?.status !== "scheduled" || cur.attempt !== attempt) return;
+    }
+    if (!now) return;
+    const outcome = await this.call(
+      now.input as Request,
+      now.idempotency_key,
+      now.timeout_ms,
+      signal,
+    );
+    if (signal.aborted || this.#stopped) return;
+    const result: Command = "error" in outcome
+      ? { type: "fail", token, error: outcome.error }
+      : { type: "complete", token, output: outcome.output };
+    for (let pause = RETRY_FIRST_MS;; pause = Math.min(2 * pause, RETRY_MAX_MS)) {
+      try {
+        await this.executions.command(id, result);
+        return;
+      } catch (e) {
+        this.#retrying("result", id, step, e, pause);
+      }
+      if (!(await this.#pause(pause, signal))) return;
+      // Rebuilt meanwhile with this attempt no longer current (closed, or its token marked
+      // uncertain and redelivered): the result is not this call's to record any more.
+      const cur = this.executions.stateOf(id)?.steps[step];
+      const live = cur?.tokens[token];
+      if (cur?.status !== "dispatched" || cur.attempt !== attempt || !live || live.uncertain) {
+        return;
+      }
+    }
+  }
+
+  #retrying(what: string, id: string, step: string, e: unknown, pause: number): void {
+    log.engine.warn(`cannot record an HTTP step's ${what}; trying again`, {
+      execution_id: id,
+      step,
+      retry_in_ms: pause,
+      error: (e as Error).message,
+    });
+  }
+
+  /** Waits `ms`; false when the call was abandoned or the adapter stopped meanwhile. */
+  #pause(ms: number, signal: AbortSignal): Promise<boolean> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.#timers.delete(t);
+        signal.removeEventListener("abort", done);
+        resolve(!signal.aborted && !this.#stopped);
+      };
+      const t = setTimeout(done, ms);
+      this.#timers.add(t);
+      signal.addEventListener("abort", done, { once: true });
+    });
   }
 
   /** One HTTP call; never throws. */
