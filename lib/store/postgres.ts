@@ -49,6 +49,7 @@ import {
   type ScheduleAdvance,
   type ScheduleClaim,
   type ScheduleCount,
+  type ScheduleRenewal,
   type ScheduleRow,
   type ScheduleUpdate,
   type SharedAppend,
@@ -637,6 +638,15 @@ class PostgresStore implements Store {
     ]);
   }
 
+  renewScheduleClaim(r: ScheduleRenewal): Promise<boolean> {
+    return this.#scheduleWrite(q.RENEW_SCHEDULE_CLAIM, q.RENEW_SCHEDULE_CLAIM_FENCED, r.term, [
+      r.schedule_id,
+      r.owner,
+      r.claimed_next_fire_ms,
+      r.until_ms,
+    ]);
+  }
+
   advanceSchedule(a: ScheduleAdvance): Promise<boolean> {
     return this.#scheduleWrite(q.ADVANCE_SCHEDULE, q.ADVANCE_SCHEDULE_FENCED, a.term, [
       a.schedule_id,
@@ -667,6 +677,15 @@ class PostgresStore implements Store {
     const rows = await this.#query<{ execution_id: string }>(q.RUNNING_SCHEDULE_EXECUTIONS, [
       `${scheduleId}@`,
       `${scheduleId}A`,
+    ]);
+    return rows.map((r) => r.execution_id);
+  }
+
+  async executionIdsBetween(lo: string, hi: string, limit: number): Promise<string[]> {
+    const rows = await this.#query<{ execution_id: string }>(q.EXECUTION_IDS_BETWEEN, [
+      lo,
+      hi,
+      limit,
     ]);
     return rows.map((r) => r.execution_id);
   }

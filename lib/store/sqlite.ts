@@ -31,6 +31,7 @@ import {
   type ScheduleAdvance,
   type ScheduleClaim,
   type ScheduleCount,
+  type ScheduleRenewal,
   type ScheduleRow,
   type ScheduleUpdate,
   type Store,
@@ -454,6 +455,17 @@ class SqliteStore implements Store {
     );
   }
 
+  renewScheduleClaim(r: ScheduleRenewal): Promise<boolean> {
+    return this.#run(() =>
+      this.#scheduleWrite(q.RENEW_SCHEDULE_CLAIM, q.RENEW_SCHEDULE_CLAIM_FENCED, r.term ?? null, {
+        schedule_id: r.schedule_id,
+        owner: r.owner,
+        claimed_next_fire_ms: r.claimed_next_fire_ms,
+        until_ms: r.until_ms,
+      })
+    );
+  }
+
   advanceSchedule(a: ScheduleAdvance): Promise<boolean> {
     return this.#run(() =>
       this.#scheduleWrite(q.ADVANCE_SCHEDULE, q.ADVANCE_SCHEDULE_FENCED, a.term ?? null, {
@@ -490,6 +502,13 @@ class SqliteStore implements Store {
         lo: `${scheduleId}@`,
         hi: `${scheduleId}A`,
       }).map((r) => r.execution_id)
+    );
+  }
+
+  executionIdsBetween(lo: string, hi: string, limit: number): Promise<string[]> {
+    return this.#run(() =>
+      this.#all<{ execution_id: string }>(q.EXECUTION_IDS_BETWEEN, { lo, hi, limit })
+        .map((r) => r.execution_id)
     );
   }
 }

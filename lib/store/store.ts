@@ -267,6 +267,18 @@ export interface ScheduleClaim extends ScheduleFence {
   now: number;
 }
 
+/**
+ * The renewal of a claim by its owner during its pass (before each start): a compare-and-set on
+ * (schedule_id, claimed_by, the next_fire_ms the claim was taken at) that extends the lease.
+ */
+export interface ScheduleRenewal extends ScheduleFence {
+  schedule_id: string;
+  owner: string;
+  /** The next_fire_ms the claim was taken at. */
+  claimed_next_fire_ms: number | null;
+  until_ms: number;
+}
+
 /** What the claim's owner did with it; releases the claim. */
 export interface ScheduleAdvance extends ScheduleFence {
   schedule_id: string;
@@ -354,6 +366,12 @@ export interface Store {
   nextScheduleFireMs(): Promise<number | null>;
   /** The first compare-and-set: true when this owner now holds the claim. */
   claimSchedule(claim: ScheduleClaim): Promise<boolean>;
+  /**
+   * Before each start of a pass: true when this owner still holds the claim taken at
+   * `claimed_next_fire_ms` (nobody took it, no advance or PATCH moved the row, no new leader
+   * dropped it); its lease then ends at `until_ms`. False writes nothing.
+   */
+  renewScheduleClaim(renewal: ScheduleRenewal): Promise<boolean>;
   /** The second compare-and-set: true when the owner still held the claim and wrote. */
   advanceSchedule(advance: ScheduleAdvance): Promise<boolean>;
   /** Adds to a schedule's counts; false for an unknown id. */
@@ -362,6 +380,11 @@ export interface Store {
   dropScheduleClaims(): Promise<number>;
   /** Ids of the running executions of a schedule (`<schedule id>@…`), in id order. */
   runningScheduleExecutions(scheduleId: string): Promise<string[]>;
+  /**
+   * Ids of the executions of any status whose id lies in [`lo`, `hi`] (byte order), in id
+   * order, at most `limit`: the occurrences of a schedule that exist between two times.
+   */
+  executionIdsBetween(lo: string, hi: string, limit: number): Promise<string[]>;
 }
 
 /** Raised by `listExecutions` for a cursor it did not issue (a client error: answer 400). */

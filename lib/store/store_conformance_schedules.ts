@@ -1,8 +1,8 @@
 /**
  * The `orbit_schedules` part of the one store conformance suite (`store_conformance.ts` calls
  * it, so every driver runs it): definitions, the due query, the two compare-and-sets of an
- * occurrence (claim, advance), counts, dropping claims, the term fence, and the running
- * executions of a schedule.
+ * occurrence (claim, advance) and the claim's renewal, counts, dropping claims, the term fence,
+ * and the running and existing executions of a schedule.
  */
 import assert from "node:assert/strict";
 import { FencedError, type ScheduleRow, type Store } from "./store.ts";
@@ -199,6 +199,81 @@ export function runScheduleConformance(test: Test): void {
     assert.equal(after?.claimed_until_ms, null);
   });
 
+  test("renewScheduleClaim() extends the owner's claim while the row is as claimed", async (store) => {
+    await store.createSchedule(scheduleRow("a", { next_fire_ms: 100 }));
+    const claim = { schedule_id: "a", next_fire_ms: 100, owner: "x", until_ms: 130, now: 100 };
+    const renewal = { schedule_id: "a", owner: "x", claimed_next_fire_ms: 100, until_ms: 150 };
+    assert.equal(await store.renewScheduleClaim(renewal), false, "no claim: nothing to renew");
+    assert.equal((await store.getSchedule("a"))?.claimed_until_ms, null);
+    assert.equal(await store.claimSchedule(claim), true);
+    assert.equal(await store.renewScheduleClaim(renewal), true);
+    assert.equal((await store.getSchedule("a"))?.claimed_until_ms, 150);
+    // Renewed, the claim keeps another owner out past its first lease.
+    assert.equal(
+      await store.claimSchedule({ ...claim, owner: "y", until_ms: 170, now: 140 }),
+      false,
+    );
+    assert.equal(await store.renewScheduleClaim({ ...renewal, owner: "y" }), false, "not y's");
+    assert.equal(
+      await store.renewScheduleClaim({ ...renewal, claimed_next_fire_ms: 90 }),
+      false,
+      "a claim taken at another next_fire_ms",
+    );
+    // An expired claim nobody took is still the owner's: the renewal extends it.
+    assert.equal(await store.renewScheduleClaim({ ...renewal, until_ms: 200 }), true);
+    // Taken once expired, it is the taker's; the first owner's renewal writes nothing.
+    assert.equal(
+      await store.claimSchedule({ ...claim, owner: "y", until_ms: 240, now: 201 }),
+      true,
+    );
+    assert.equal(await store.renewScheduleClaim({ ...renewal, until_ms: 260 }), false);
+    let row = await store.getSchedule("a");
+    assert.deepEqual([row?.claimed_by, row?.claimed_until_ms], ["y", 240]);
+    // A PATCH that moved next_fire_ms, an advance, or dropped claims end the renewals.
+    const y = { ...renewal, owner: "y", until_ms: 250 };
+    await store.updateSchedule("a", {
+      spec: {},
+      workflow: "Order",
+      paused: false,
+      next_fire_ms: 110,
+      now: 5,
+    });
+    assert.equal(await store.renewScheduleClaim(y), false);
+    assert.equal(await store.renewScheduleClaim({ ...y, claimed_next_fire_ms: 110 }), true);
+    await store.dropScheduleClaims();
+    assert.equal(await store.renewScheduleClaim({ ...y, claimed_next_fire_ms: 110 }), false);
+    row = await store.getSchedule("a");
+    assert.deepEqual([row?.claimed_by, row?.claimed_until_ms], [null, null]);
+    await store.createSchedule(scheduleRow("n", { next_fire_ms: null }));
+    const none = { schedule_id: "n", next_fire_ms: null, owner: "x", until_ms: 9, now: 1 };
+    assert.equal(await store.claimSchedule(none), true);
+    assert.equal(
+      await store.renewScheduleClaim({ ...renewal, schedule_id: "n", claimed_next_fire_ms: null }),
+      true,
+      "a null next_fire_ms compares equal",
+    );
+    assert.equal(await store.renewScheduleClaim({ ...renewal, schedule_id: "zz" }), false);
+    // Fenced like every scheduler write.
+    await assert.rejects(
+      store.renewScheduleClaim({
+        ...renewal,
+        schedule_id: "n",
+        claimed_next_fire_ms: null,
+        term: 7,
+      }),
+      FencedError,
+    );
+    assert.equal(
+      await store.renewScheduleClaim({
+        ...renewal,
+        schedule_id: "n",
+        claimed_next_fire_ms: null,
+        term: 0,
+      }),
+      true,
+    );
+  });
+
   test("countSchedule() adds counts outside a claim", async (store) => {
     await store.createSchedule(scheduleRow("a", { fired: 1, skipped: 1, last_fired_ms: 5 }));
     const count = { fired: 1, skipped: 0, last_fired_ms: 777 };
@@ -274,5 +349,37 @@ export function runScheduleConformance(test: Test): void {
       "s.b@2026-01-01T00:00:00.000Z",
     ]);
     assert.deepEqual(await store.runningScheduleExecutions("u"), []);
+  });
+
+  test("executionIdsBetween() answers the ids of any status in a closed range", async (store) => {
+    await store.commit([
+      createItem("s@2026-01-01T00:00:00.000Z"),
+      createItem("s@2026-01-01T00:00:01.000Z", { status: "completed", closed_ms: 3 }),
+      createItem("s@2026-01-01T00:00:02.000Z", { status: "failed", closed_ms: 3 }),
+      createItem("s@2026-01-01T00:00:03.000Z"),
+      createItem("s.b@2026-01-01T00:00:01.000Z"),
+      createItem("sA@2026-01-01T00:00:01.000Z"),
+      createItem("t@2026-01-01T00:00:01.000Z"),
+    ]);
+    const lo = "s@2026-01-01T00:00:01.000Z";
+    const hi = "s@2026-01-01T00:00:03.000Z";
+    assert.deepEqual(await store.executionIdsBetween(lo, hi, 10), [
+      "s@2026-01-01T00:00:01.000Z",
+      "s@2026-01-01T00:00:02.000Z",
+      "s@2026-01-01T00:00:03.000Z",
+    ]);
+    assert.deepEqual(await store.executionIdsBetween(lo, hi, 2), [
+      "s@2026-01-01T00:00:01.000Z",
+      "s@2026-01-01T00:00:02.000Z",
+    ]);
+    assert.deepEqual(await store.executionIdsBetween(lo, lo, 10), [lo]);
+    assert.deepEqual(
+      await store.executionIdsBetween(
+        "s@2026-01-02T00:00:00.000Z",
+        "s@2026-01-03T00:00:00.000Z",
+        10,
+      ),
+      [],
+    );
   });
 }

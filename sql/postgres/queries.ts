@@ -321,6 +321,21 @@ export const CLAIM_SCHEDULE = scheduleWrite(CLAIM, null);
 /** CLAIM_SCHEDULE of a clustered leader. Params: those of CLAIM_SCHEDULE, $6 term. */
 export const CLAIM_SCHEDULE_FENCED = scheduleWrite(CLAIM, 6);
 
+const RENEW = `
+UPDATE orbit_schedules SET claimed_until_ms = $4
+WHERE schedule_id = $1 AND claimed_by = $2 AND next_fire_ms IS NOT DISTINCT FROM $3::bigint`;
+
+/**
+ * The renewal of a claim by its owner before each start of its pass: a compare-and-set on the
+ * owner and the next_fire_ms the claim was taken at, which extends the lease (`n` 1). Nothing
+ * else can have moved the row meanwhile: another claim changes claimed_by, an advance releases
+ * it, a PATCH of the timing moves next_fire_ms, a new leader drops the claims.
+ * Params: $1 schedule_id, $2 owner, $3 claimed next_fire_ms, $4 until_ms.
+ */
+export const RENEW_SCHEDULE_CLAIM = scheduleWrite(RENEW, null);
+/** RENEW_SCHEDULE_CLAIM of a clustered leader. Params: those of RENEW_SCHEDULE_CLAIM, $5 term. */
+export const RENEW_SCHEDULE_CLAIM_FENCED = scheduleWrite(RENEW, 5);
+
 const ADVANCE = `
 UPDATE orbit_schedules SET
   next_fire_ms = CASE WHEN next_fire_ms IS NOT DISTINCT FROM $3::bigint THEN $4::bigint
@@ -370,3 +385,12 @@ export const RUNNING_SCHEDULE_EXECUTIONS = `
 SELECT execution_id FROM workflow_executions
 WHERE execution_id >= $1 AND execution_id < $2 AND status = 'running'
 ORDER BY execution_id`;
+
+/**
+ * Executions of any status with ids in [$1, $2] (the "C"-collated key: byte order), at most $3:
+ * the occurrences of a schedule between two ISO times (ids `<schedule_id>@<ISO>`).
+ */
+export const EXECUTION_IDS_BETWEEN = `
+SELECT execution_id FROM workflow_executions
+WHERE execution_id >= $1 AND execution_id <= $2
+ORDER BY execution_id LIMIT $3`;

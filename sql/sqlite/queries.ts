@@ -283,6 +283,21 @@ WHERE schedule_id = $schedule_id AND next_fire_ms IS $next_fire_ms AND paused = 
 export const CLAIM_SCHEDULE_FENCED = `${CLAIM_SCHEDULE} ${TERM_GUARD}`;
 
 /**
+ * The renewal of a claim by its owner before each start of its pass: a compare-and-set on the
+ * owner and the next_fire_ms the claim was taken at, which extends the lease (`changes` 1).
+ * Nothing else can have moved the row meanwhile: another claim changes claimed_by, an advance
+ * releases it, a PATCH of the timing moves next_fire_ms, a new leader drops the claims.
+ * Params: $schedule_id, $owner, $claimed_next_fire_ms, $until_ms.
+ */
+export const RENEW_SCHEDULE_CLAIM = `
+UPDATE orbit_schedules SET claimed_until_ms = $until_ms
+WHERE schedule_id = $schedule_id AND claimed_by = $owner
+  AND next_fire_ms IS $claimed_next_fire_ms`;
+
+/** RENEW_SCHEDULE_CLAIM of a clustered leader. Params: those of RENEW_SCHEDULE_CLAIM, $term. */
+export const RENEW_SCHEDULE_CLAIM_FENCED = `${RENEW_SCHEDULE_CLAIM} ${TERM_GUARD}`;
+
+/**
  * The advance after an occurrence was handled: the counts, the buffered occurrence, the next
  * occurrence and the release of the claim, only by the claim's owner (the second
  * compare-and-set). If a PATCH moved next_fire_ms meanwhile, its value stays; the counts land.
@@ -327,6 +342,15 @@ export const RUNNING_SCHEDULE_EXECUTIONS = `
 SELECT execution_id FROM workflow_executions
 WHERE execution_id >= $lo AND execution_id < $hi AND status = 'running'
 ORDER BY execution_id`;
+
+/**
+ * Executions of any status with ids in [$lo, $hi] (BINARY collation: byte order), at most
+ * $limit: the occurrences of a schedule between two ISO times (ids `<schedule_id>@<ISO>`).
+ */
+export const EXECUTION_IDS_BETWEEN = `
+SELECT execution_id FROM workflow_executions
+WHERE execution_id >= $lo AND execution_id <= $hi
+ORDER BY execution_id LIMIT $limit`;
 
 // ---------------------------------------------------------------------------------------------
 // orbit_cluster
