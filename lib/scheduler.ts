@@ -9,7 +9,11 @@
  *    one wins; the others skip the row.
  * 2. plans the due occurrences (catch-up), applies the overlap policy to each against the
  *    schedule's running executions, and starts the chosen ones with the deterministic id
- *    `<schedule_id>@<ISO time>` (a second start of one occurrence is a no-op);
+ *    `<schedule_id>@<ISO time>` (a second start of one occurrence is a no-op). Before each start
+ *    (and each cancel_other) it renews the claim: a compare-and-set on (schedule_id, claimed_by,
+ *    the claimed next_fire_ms) that extends the lease to now + lease. A renewal that fails (the
+ *    claim expired and was taken, a PATCH moved the row, a new leader dropped it) ends the pass:
+ *    it starts nothing more, and its advance lands only if the claim is still its own;
  * 3. advances: a second compare-and-set, by the claim's owner only, that adds the fired and
  *    skipped counts, stores the buffered occurrence and the next one, and releases the claim.
  *
@@ -20,6 +24,17 @@
  * are started again as no-ops and counted then, since its advance never landed. A start that
  * fails for a reason that may pass (429, a storage error) ends the schedule's pass there; the
  * next pass takes the occurrence again (by then perhaps missed, so by the catch-up policy).
+ *
+ * Why the renewal: a claimer that paused (GC, a frozen VM) longer than the lease after planning
+ * would otherwise start from its stale plan an occurrence that the scheduler that took the
+ * expired claim meanwhile counted skipped (or, with overlap `skip`, run two at once). With the
+ * renewal, every start follows a renewal by at most the time the start takes, and no other
+ * scheduler can claim the row within the lease after it. The window that remains: a pause
+ * between a renewal and the commit of the start after it longer than the lease (a start stuck
+ * in the committer for 30 s, or the two nodes' clocks that far apart). The occurrence then
+ * starts after another scheduler planned the row: it may run although counted skipped, or
+ * beside another one. The renewal after it (or the advance) finds the claim gone and the pass
+ * stops there; nothing in the scheduler can undo a start that committed.
  *
  * Cluster hook: `opts.term` returns the term this server leads; every claim, advance and count
  * is then checked against the cluster term in the same statement (the store throws FencedError
@@ -56,8 +71,8 @@ export interface SchedulerOptions {
   term?: () => number | null | undefined;
 }
 
-/** What became of one occurrence's start. */
-type StartOutcome = "started" | "refused" | "retry";
+/** What became of one occurrence's start; "lost" when the claim was gone before it. */
+type StartOutcome = "started" | "refused" | "retry" | "lost";
 
 export class Scheduler {
   readonly #deps: SchedulerDeps;
@@ -185,11 +200,31 @@ export class Scheduler {
     const s = scheduleOf(row.schedule_id, row.spec, row.paused);
     const plan = planDue(s, row.next_fire_ms, now, this.#startedAt!);
     const running = await store.runningScheduleExecutions(s.schedule_id);
+    // Renews the claim before a start or a cancel: false when it is no longer this pass's.
+    const hold = async () => {
+      const held = await store.renewScheduleClaim({
+        schedule_id: s.schedule_id,
+        owner: this.#owner,
+        claimed_next_fire_ms: row.next_fire_ms,
+        until_ms: clock.now() + this.#leaseMs,
+        term,
+      });
+      if (!held) {
+        log.warn("schedule claim was lost during its pass; starting nothing more", {
+          schedule_id: s.schedule_id,
+        });
+      }
+      return held;
+    };
     let buffered = row.buffered_ms;
     let fired = 0;
     let skipped = 0;
     let last: number | null = null;
     let next = row.next_fire_ms;
+    const ran = (at: number) => {
+      fired++;
+      last = Math.max(last ?? at, at);
+    };
     try {
       let go = true;
       // An occurrence started by an earlier pass whose advance never landed (a lost connection,
@@ -203,12 +238,11 @@ export class Scheduler {
         if (!running.includes(self)) running.push(self);
       };
       if (buffered !== null && others(buffered).length === 0) {
-        const outcome = await this.#start(s, buffered, "buffered");
-        if (outcome === "retry") go = false;
+        const outcome = await this.#start(s, buffered, "buffered", hold);
+        if (outcome === "retry" || outcome === "lost") go = false;
         else {
           if (outcome === "started") {
-            fired++;
-            last = buffered;
+            ran(buffered);
             started(buffered);
           } else skipped++;
           buffered = null;
@@ -233,17 +267,21 @@ export class Scheduler {
             continue;
           }
           if (action === "cancel_then_start") {
+            if (!(await hold())) {
+              next = step.at;
+              break;
+            }
             await this.#cancel(s, overlapping, step.at);
             running.splice(0, running.length, ...running.filter((id) => !overlapping.includes(id)));
           }
-          const outcome = await this.#start(s, step.at, step.missed ? "catch_up" : "on_time");
-          if (outcome === "retry") {
+          const why = step.missed ? "catch_up" : "on_time";
+          const outcome = await this.#start(s, step.at, why, hold);
+          if (outcome === "retry" || outcome === "lost") {
             next = step.at;
             break;
           }
           if (outcome === "started") {
-            fired++;
-            last = step.at;
+            ran(step.at);
             started(step.at);
           } else skipped++;
         }
@@ -281,9 +319,20 @@ export class Scheduler {
     return next !== null && next <= clock.now();
   }
 
-  /** Starts one occurrence. A start of an id that exists counts: its advance never landed. */
-  async #start(s: Schedule, at: number, why: string): Promise<StartOutcome> {
+  /**
+   * Starts one occurrence once `hold` renewed the claim ("lost" when it did not: nothing
+   * starts). A start of an id that exists counts: its advance never landed.
+   */
+  async #start(
+    s: Schedule,
+    at: number,
+    why: string,
+    hold: () => Promise<boolean>,
+  ): Promise<StartOutcome> {
     const executionId = occurrenceId(s.schedule_id, at);
+    if (!(await hold())) return "lost";
+    // The window that remains (see the module comment): a pause from here to the start's commit
+    // longer than the lease lets another scheduler take the claim and plan this occurrence.
     try {
       const r = await this.#deps.executions.start({
         workflow: s.workflow,

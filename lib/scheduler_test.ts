@@ -350,3 +350,78 @@ for (const overlap of ["skip", "cancel_other", "buffer_one"] as const) {
     },
   );
 }
+
+for (
+  const [overlap, after] of [
+    ["skip", [2]],
+    ["allow_all", [2, 3]],
+  ] as const
+) {
+  schedulerTest(
+    `overlap ${overlap}: a claimer paused past its lease starts nothing from its stale plan`,
+    async (env) => {
+      await create(env, { workflow: "Stuck", overlap }); // catch_up one
+      // Node A claims o(0), plans it, reads the running executions (none), then pauses (GC, a
+      // frozen VM) before its start: at the first of the renewal (since the fix) or the start.
+      let release!: () => void;
+      const gate = new Promise<void>((r) => release = r);
+      let paused!: () => void;
+      const inPause = new Promise<void>((r) => paused = r);
+      let once = false;
+      const pause = async () => {
+        if (once) return;
+        once = true;
+        paused();
+        await gate;
+      };
+      const store = new Proxy(env.store, {
+        get(target, key) {
+          if (key === "renewScheduleClaim") {
+            return async (...args: Parameters<Store["renewScheduleClaim"]>) => {
+              await pause();
+              return await target.renewScheduleClaim(...args);
+            };
+          }
+          const v = Reflect.get(target, key);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+      const executions = {
+        start: async (req: Parameters<typeof env.rt.executions.start>[0]) => {
+          await pause();
+          return await env.rt.executions.start(req);
+        },
+        cancel: (i: string, r: string) => env.rt.executions.cancel(i, r),
+      };
+      const a = new Scheduler(
+        { store, executions, metrics: env.rt.metrics, clock: env.rt.clock },
+        { owner: "A" },
+      );
+      await a.start({ dropClaims: false, loop: false });
+      env.clock.t = o(0);
+      const passA = a.pass();
+      await inPause;
+      // 31 s later node B takes the expired claim: o(0), o(1) were missed and are skipped
+      // (catch_up one), o(2) starts, o(3) overlaps it (skip: skipped; allow_all: starts).
+      await passAt(env, o(0) + 31_000);
+      const b = await env.rt.schedules.get("s");
+      assert.deepEqual([b.fired, b.skipped], [after.length, 4 - after.length]);
+      // A resumes. Before the fix it started o(0) from its stale plan although B counted it
+      // skipped (and, with overlap skip, beside o(2)); its advance was refused, so the books
+      // stayed [fired, skipped] as B left them.
+      release();
+      await passA;
+      assert.deepEqual(
+        await env.executions(),
+        after.map((i) => ({ id: id(i), status: "running" })),
+      );
+      const s = await env.rt.schedules.get("s");
+      assert.deepEqual([s.fired, s.skipped, s.next_fire_ms], [
+        after.length,
+        4 - after.length,
+        o(4),
+      ]);
+      assert.equal((await env.store.getSchedule("s"))?.claimed_by, null);
+    },
+  );
+}
