@@ -21,7 +21,9 @@
  * between 1 and 3 leaves its claim; the row is taken again once the claim expires, or at once
  * by a new leader, which drops every claim on start (`start({ dropClaims: true })`, which a
  * single server does too: it is the only scheduler there is). The occurrences it had started
- * are started again as no-ops and counted then, since its advance never landed. A start that
+ * are started again as no-ops and counted then, since its advance never landed; those the next
+ * plan does not fire (missed by then, so caught up or skipped by the policy) exist already and
+ * are counted fired, not skipped: they ran. A start that
  * fails for a reason that may pass (429, a storage error) ends the schedule's pass there; the
  * next pass takes the occurrence again (by then perhaps missed, so by the catch-up policy).
  *
@@ -45,13 +47,24 @@ import { getLogger } from "@logtape/logtape";
 import type { Executions } from "./executions.ts";
 import type { Metrics } from "./metrics.ts";
 import { OrbitError } from "./errors.ts";
-import { occurrenceId, overlapAction, planDue, type Schedule, scheduleOf } from "./schedules.ts";
+import {
+  nextOccurrence,
+  occurrenceId,
+  overlapAction,
+  parseOccurrenceId,
+  planDue,
+  type Schedule,
+  scheduleOf,
+} from "./schedules.ts";
 import { FencedError, type ScheduleRow, type Store } from "./store/store.ts";
 
 const log = getLogger(["orbit_runtime", "scheduler"]);
 
 /** Rows read per pass; a full batch makes the next pass start at once. */
 const DUE_BATCH = 100;
+
+/** Existing occurrences read per pass among those its plan does not fire (see #startedBefore). */
+const EXISTING_BATCH = 1_000;
 
 export interface SchedulerDeps {
   store: Store;
@@ -200,6 +213,7 @@ export class Scheduler {
     const s = scheduleOf(row.schedule_id, row.spec, row.paused);
     const plan = planDue(s, row.next_fire_ms, now, this.#startedAt!);
     const running = await store.runningScheduleExecutions(s.schedule_id);
+    const ranBefore = await this.#startedBefore(s, row.next_fire_ms, plan, now);
     // Renews the claim before a start or a cancel: false when it is no longer this pass's.
     const hold = async () => {
       const held = await store.renewScheduleClaim({
@@ -250,10 +264,15 @@ export class Scheduler {
       }
       if (go) {
         next = plan.next;
-        skipped += plan.skippedBefore;
+        // Of the occurrences counted only, those an earlier pass started ran.
+        const firstStep = plan.steps[0]?.at ?? plan.next ?? Infinity;
+        const ranCounted = ranBefore.filter((at) => at < firstStep).slice(0, plan.skippedBefore);
+        skipped += plan.skippedBefore - ranCounted.length;
+        for (const at of ranCounted) ran(at);
         for (const step of plan.steps) {
           if (!step.fire) {
-            skipped++;
+            if (ranBefore.includes(step.at)) ran(step.at);
+            else skipped++;
             continue;
           }
           const overlapping = others(step.at);
@@ -292,6 +311,7 @@ export class Scheduler {
             catch_up: s.catch_up,
             missed,
             started: plan.steps.filter((x) => x.missed && x.fire).length,
+            started_before: ranBefore.length,
           });
         }
       }
@@ -317,6 +337,36 @@ export class Scheduler {
       }
     }
     return next !== null && next <= clock.now();
+  }
+
+  /**
+   * The occurrences at or after `from` (the claimed next_fire_ms) that the plan counts skipped by
+   * catch-up (counted only, or a step that does not fire) and that exist already: an earlier
+   * pass claimed the row, started them, and its advance never landed (it died, or paused past
+   * its lease and the claim was taken). They ran, so they count fired. Read only when the plan
+   * skips something; at most EXISTING_BATCH (more than that are counted skipped). The ids sort
+   * by time (ISO 8601 of years 0–9999); a user's id that is not an occurrence of the schedule's
+   * timing does not count.
+   */
+  async #startedBefore(
+    s: Schedule,
+    from: number | null,
+    plan: ReturnType<typeof planDue>,
+    now: number,
+  ): Promise<number[]> {
+    if (from === null || (plan.skippedBefore === 0 && plan.steps.every((x) => x.fire))) return [];
+    const ids = await this.#deps.store.executionIdsBetween(
+      occurrenceId(s.schedule_id, from),
+      occurrenceId(s.schedule_id, now),
+      EXISTING_BATCH,
+    );
+    const out: number[] = [];
+    for (const id of ids) {
+      const o = parseOccurrenceId(id);
+      if (o === null || o.schedule_id !== s.schedule_id) continue;
+      if (o.at_ms === from || nextOccurrence(s, o.at_ms - 1) === o.at_ms) out.push(o.at_ms);
+    }
+    return out;
   }
 
   /**

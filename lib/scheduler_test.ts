@@ -352,6 +352,32 @@ for (const overlap of ["skip", "cancel_other", "buffer_one"] as const) {
 }
 
 for (
+  const [catch_up, fired, books] of [
+    ["one", [0, 2, 3], [3, 1]],
+    ["skip", [0, 3], [2, 2]],
+  ] as const
+) {
+  schedulerTest(
+    `catch_up ${catch_up}: an occurrence a dead pass started counts fired when its expired claim is taken`,
+    async (env) => {
+      await create(env, { workflow: "Quick", overlap: "allow_all", catch_up });
+      // A pass (another node) claimed o(0), started it, and died before its advance.
+      env.clock.t = o(0);
+      await claimedByADeadPass(env, o(0));
+      await env.rt.executions.start({ workflow: "Quick", execution_id: id(0) });
+      // Shared mode drops no claims: this scheduler takes the row once the claim expired. By
+      // then o(0)…o(2) were missed; the plan fires o(2) (one) or none (skip) of them, and o(3).
+      await passAt(env, o(0) + 30_001);
+      assert.deepEqual((await env.executions()).map((x) => x.id), fired.map(id));
+      const s = await env.rt.schedules.get("s");
+      // Before the fix o(0), which ran, was counted skipped: one [2, 2], skip [1, 3].
+      assert.deepEqual([s.fired, s.skipped], books, "every execution counted fired, once");
+      assert.deepEqual([s.next_fire_ms, s.last_execution_id], [o(4), id(3)]);
+    },
+  );
+}
+
+for (
   const [overlap, after] of [
     ["skip", [2]],
     ["allow_all", [2, 3]],
