@@ -91,6 +91,11 @@ export async function call(
     const r = await fetch(base + path, {
       method,
       headers: {
+        // No kept-alive connections: Deno's fetch sends a request again, once and unseen, when
+        // a reused connection is reset after the request went out (denoland/deno#35610; the
+        // ready proxy resets the connections of a server it marks down). A signal would then
+        // be applied twice with one answer, which the checker cannot tell from a server's fault.
+        connection: "close",
         ...(body !== undefined ? { "content-type": "application/json" } : {}),
         ...(bearer ? { authorization: `Bearer ${bearer}` } : {}),
       },

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import http from "node:http";
 import { z } from "zod";
 import {
   Client,
@@ -122,6 +123,33 @@ Deno.test("client: connection errors are retried on GETs only", async () => {
   // a 5xx on a GET is not retried
   fake.inject("/v1/executions/e1", { status: 500, code: "STORAGE_ERROR" });
   await assert.rejects(client.get("e1"), { status: 500, code: "STORAGE_ERROR" });
+});
+
+Deno.test("client: a write whose connection is reset after it went out is sent once", async () => {
+  // Deno's fetch sent it again on a reused kept-alive connection (denoland/deno#35610): a
+  // signal applied twice behind one error. Each request of the fetch transport now has a
+  // connection of its own there. A server that answers reads and resets the connection of a
+  // signal once it has read it:
+  let signals = 0;
+  const server = http.createServer((req, res) => {
+    if (req.method === "GET") {
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify({ execution_id: "e1", status: "running" }));
+      return;
+    }
+    signals++;
+    req.socket.destroy();
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  try {
+    const { port } = server.address() as { port: number };
+    const client = new Client({ server: `http://127.0.0.1:${port}` });
+    await client.get("e1"); // a connection fetch would keep alive and reuse
+    await assert.rejects(client.signal("e1", "approved", { ok: true }), OrbitConnectionError);
+    assert.equal(signals, 1);
+  } finally {
+    await new Promise((r) => server.close(r));
+  }
 });
 
 Deno.test("client: wait loops over server waits until terminal, or returns at its timeout", async () => {

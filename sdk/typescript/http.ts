@@ -49,12 +49,33 @@ export interface ConnectionOptions {
   fetch?: typeof fetch;
 }
 
-/** {@link Exchange} through `fetch`. */
-export function fetchExchange(f: typeof fetch = (input, init) => fetch(input, init)): Exchange {
+/**
+ * {@link Exchange} through `fetch`.
+ *
+ * On Deno, the global `fetch` sends a request a second time, unseen, when a kept-alive
+ * connection it reused is reset after the request went out (denoland/deno#35610; a load balancer
+ * that shuts the sessions of a server it marks down does that). A signal or a cancel could then
+ * be applied twice while the caller saw one answer, so there every request asks for its own
+ * connection (`connection: close`; a request on a fresh connection is never sent again). The
+ * `http1` transport keeps connections alive and sends only idempotent requests again.
+ */
+export function fetchExchange(f?: typeof fetch): Exchange {
+  const send = f ?? ((input, init) => fetch(input, init));
+  const close = f === undefined && isDeno();
   return async ({ method, url, headers, body, signal }) => {
-    const res = await f(url, { method, headers, body, signal });
+    const res = await send(url, {
+      method,
+      headers: close ? { ...headers, connection: "close" } : headers,
+      body,
+      signal,
+    });
     return { status: res.status, statusText: res.statusText, text: await res.text() };
   };
+}
+
+function isDeno(): boolean {
+  const deno = (globalThis as { Deno?: { version?: { deno?: unknown } } }).Deno;
+  return typeof deno?.version?.deno === "string";
 }
 
 /** JSON over HTTP to one ORBIT runtime. */
