@@ -22,6 +22,8 @@ import { log } from "../lib/log.ts";
 export interface ClusterView {
   role(): "leader" | "standby" | "shared";
   nodeId: string;
+  /** Shared mode: this process (its ownership rows and schedule claims name it). */
+  readonly instance?: string;
   term(): number | null;
   leader(): LeaderInfo | null;
   serving(): boolean;

@@ -232,3 +232,19 @@ Deno.test(
     }
   },
 );
+
+Deno.test({
+  name: "shared: schedule claims name the process, so a process replaced under its node id " +
+    "and its successor never take each other's claims for their own",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const url = await migratedDatabase();
+    const a = await startedNode(url, "node-s");
+    try {
+      assert.equal(a.n.runtime.scheduler.owner, `node-s/${a.n.instance}`);
+    } finally {
+      await a.n.stop();
+    }
+  },
+});

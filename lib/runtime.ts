@@ -117,7 +117,16 @@ export class Runtime {
     this.executions.addObserver(this.children);
     this.scheduler = new Scheduler(
       { store, executions: this.executions, metrics: this.metrics, clock: this.clock },
-      { owner: opts.cluster && shared ? opts.cluster.nodeId : `single-${this.clock.newId()}` },
+      {
+        // Shared mode: the process, not only the node id. A process replaced under its node id
+        // (paused, then resumed after its successor started) must not take its successor's
+        // claim for its own, nor its successor the claim of a pass it never ran.
+        owner: opts.cluster && shared
+          ? (opts.cluster.instance
+            ? `${opts.cluster.nodeId}/${opts.cluster.instance}`
+            : opts.cluster.nodeId)
+          : `single-${this.clock.newId()}`,
+      },
     );
     this.schedules = new ScheduleService(
       store,
