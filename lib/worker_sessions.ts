@@ -158,6 +158,9 @@ export class WorkerSessions {
         old?.tokens.delete(t);
         this.#tokenSession.set(t, s.session_id);
         s.tokens.add(t);
+        // Watched from now on like an attempt handed out here: should its worker stop listing
+        // it without a result, it is redelivered one session timeout later.
+        this.#confirmed.set(t, { at: this.opts.now(), missed: false, doubted: false });
       } else if (!this.#tokenSession.has(t) && !s.told.has(t)) {
         cancel.add(t);
       }

@@ -134,3 +134,23 @@ Deno.test("a worker that registered again takes over its attempts by naming them
   assert.deepEqual([...store.sessions.get(first)!.tokens], []);
   assert.deepEqual([...s2.tokens], ["e1/x"]);
 });
+
+Deno.test("an attempt a heartbeat adopted and its worker later leaves out is due one timeout after", () => {
+  const { store, due, sweep, register, at } = setup();
+  // Recovered after a restart: its session is gone (an orphan); the worker's new session lists
+  // it and adopts it.
+  store.installed(null, holding({ "e1/x": "gone" }), new Set());
+  const id = register();
+  const s = store.sessions.get(id)!;
+  store.heartbeat(s, ["e1/x"]);
+  assert.deepEqual([...s.tokens], ["e1/x"]);
+  // Then the worker drops it without a result (its answer lost, or a result it could not send).
+  at(500);
+  store.heartbeat(store.contact(id), []);
+  sweep(900);
+  assert.deepEqual(due, []);
+  at(1001);
+  store.heartbeat(store.contact(id), []);
+  sweep(1001);
+  assert.deepEqual(due, [`unlisted ${id} e1/x`]);
+});
