@@ -256,6 +256,24 @@ export class SharedWorkers implements WorkerService {
     for (const t of tokens) this.#orphans.set(t, at);
   }
 
+  async sessionWorker(sessionId: string): Promise<string | null> {
+    const cached = this.sessions.get(sessionId);
+    if (cached) return cached.worker_id;
+    const [rec] = await this.#q<SessionRecord>(q.GET_SESSION, [sessionId]);
+    return rec?.worker_id ?? null;
+  }
+
+  async tokenHolder(
+    token: string,
+  ): Promise<{ task: string; contract: string; worker_id: string | null } | null> {
+    const [row] = await this.#q<
+      { task_name: string; contract_version: string; worker_id: string | null }
+    >(q.TOKEN_HOLDER, [token]);
+    return row
+      ? { task: row.task_name, contract: row.contract_version, worker_id: row.worker_id }
+      : null;
+  }
+
   async register(
     r: Pick<Session, "worker_id" | "runtime" | "tasks" | "concurrency">,
   ): Promise<string> {

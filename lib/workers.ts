@@ -97,6 +97,15 @@ export interface WorkerService extends ExecutionObserver {
     signal?: AbortSignal,
   ): Promise<{ accepted: boolean; tasks: TaskPayload[] }>;
   list(): unknown[] | Promise<unknown[]>;
+  /**
+   * Shared mode, for the workers file's checks: the worker of a session this server has not
+   * cached (null: no such session), and who holds an attempt whose execution it does not hold
+   * (null: no such live attempt). Other servers' sessions and attempts are checked as its own.
+   */
+  sessionWorker?(sessionId: string): Promise<string | null>;
+  tokenHolder?(
+    token: string,
+  ): Promise<{ task: string; contract: string; worker_id: string | null } | null>;
   start(): void;
   stop(): void;
 }

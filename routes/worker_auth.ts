@@ -110,10 +110,14 @@ export function workerAuth(
     await next();
   };
 
-  /** The worker a session belongs to: it must be the caller's own. */
-  const ownSession = (me: WorkerIdentity, sessionId: string | undefined) => {
+  /**
+   * The worker a session belongs to: it must be the caller's own. In shared mode a session
+   * another server registered is read from the database (it is served here all the same).
+   */
+  const ownSession = async (me: WorkerIdentity, sessionId: string | undefined) => {
     if (sessionId === undefined) return;
-    const owner = rt.workers.sessions.get(sessionId)?.worker_id;
+    const owner = rt.workers.sessions.get(sessionId)?.worker_id ??
+      (await rt.workers.sessionWorker?.(sessionId)) ?? undefined;
     if (owner !== undefined && owner !== me.worker_id) {
       throw forbidden(
         "FORBIDDEN_WORKER",
@@ -123,13 +127,37 @@ export function workerAuth(
     }
   };
 
-  /** A live task token must have been handed to the caller's identity, for a task it may serve. */
-  const ownTokens = (me: WorkerIdentity, tokens: readonly string[]) => {
+  /**
+   * A live task token must have been handed to the caller's identity, for a task it may serve.
+   * In shared mode an attempt whose execution this server does not hold (owned elsewhere, or
+   * its dispatch not applied here yet) is looked up in `orbit_tasks`.
+   */
+  const ownTokens = async (me: WorkerIdentity, tokens: readonly string[]) => {
     for (const token of tokens) {
       const id = executionOfToken(token);
       const state = id === null ? undefined : rt.executions.stateOf(id);
       const step = state ? stepOfToken(state, token) : undefined;
-      if (!step) continue;
+      if (!step) {
+        const held = id === null ? null : await rt.workers.tokenHolder?.(token);
+        if (!held) continue;
+        if (held.worker_id !== null && held.worker_id !== me.worker_id) {
+          throw forbidden(
+            "FORBIDDEN_WORKER",
+            `task token ${token} was handed to another worker, not to ${me.worker_id}`,
+            { worker_id: me.worker_id, token },
+          );
+        }
+        if (!taskAllowed(me, held.task, held.contract)) {
+          throw forbidden(
+            "TASK_NOT_ALLOWED",
+            `worker ${me.worker_id} may not serve ${held.task}@${held.contract} (the workers file allows ${
+              describeTasks(me)
+            })`,
+            { worker_id: me.worker_id, tasks: [{ name: held.task, contract: held.contract }] },
+          );
+        }
+        continue;
+      }
       if (step.tokens[token]!.worker_id !== me.worker_id) {
         throw forbidden(
           "FORBIDDEN_WORKER",
@@ -152,7 +180,7 @@ export function workerAuth(
   /** A check of the parsed body; a body the route's schema refuses goes to the route as it is. */
   const check = <T extends z.ZodType>(
     schema: T,
-    fn: (me: WorkerIdentity, r: z.infer<T>) => void,
+    fn: (me: WorkerIdentity, r: z.infer<T>) => void | Promise<void>,
   ): MiddlewareHandler =>
   async (c, next) => {
     const me = callers.get(c);
@@ -166,7 +194,7 @@ export function workerAuth(
         raw = undefined;
       }
       const r = schema.safeParse(raw);
-      if (r.success) fn(me, r.data);
+      if (r.success) await fn(me, r.data);
     }
     await next();
   };
@@ -195,18 +223,18 @@ export function workerAuth(
         }
       }),
       "/v1/workers/poll": check(pollSchema, (me, r) => ownSession(me, r.session_id)),
-      "/v1/workers/heartbeat": check(heartbeatSchema, (me, r) => {
-        ownSession(me, r.session_id);
-        ownTokens(me, r.tokens);
+      "/v1/workers/heartbeat": check(heartbeatSchema, async (me, r) => {
+        await ownSession(me, r.session_id);
+        await ownTokens(me, r.tokens);
       }),
       "/v1/workers/unregister": check(unregisterSchema, (me, r) => ownSession(me, r.session_id)),
-      "/v1/tasks/complete": check(completeSchema, (me, r) => {
-        ownSession(me, r.session_id);
-        ownTokens(me, [r.token]);
+      "/v1/tasks/complete": check(completeSchema, async (me, r) => {
+        await ownSession(me, r.session_id);
+        await ownTokens(me, [r.token]);
       }),
-      "/v1/tasks/fail": check(failSchema, (me, r) => {
-        ownSession(me, r.session_id);
-        ownTokens(me, [r.token]);
+      "/v1/tasks/fail": check(failSchema, async (me, r) => {
+        await ownSession(me, r.session_id);
+        await ownTokens(me, [r.token]);
       }),
     },
   };

@@ -909,6 +909,16 @@ export const GET_SESSION = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions WHERE 
 export const LIST_SESSIONS = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions ORDER BY created_ms`;
 
 /**
+ * Who holds an attempt, for the workers file's checks on a server that does not hold its
+ * execution: its task and contract and the worker of the session it went to (null when that
+ * session is gone). No row: no such attempt is live. Params: $1 token.
+ */
+export const TOKEN_HOLDER = `
+SELECT t.task_name, t.contract_version, s.worker_id FROM orbit_tasks t
+LEFT JOIN orbit_sessions s ON s.session_id = t.session_id
+WHERE t.token = $1 AND t.state <> 'queued'`;
+
+/**
  * Last contacts seen by this server since its last write; answers the sessions that still have
  * a row (one missing was removed by another server: expired, or unregistered). Params:
  * $1 [{id, ms}].
