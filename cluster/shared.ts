@@ -122,7 +122,7 @@ interface Reply {
   tasks?: TaskPayload[];
   /** The tasks' inputs did not fit into the notification: read from orbit_tasks. */
   inputs_omitted?: boolean;
-  error?: { status: number; code: string; message: string };
+  error?: { status: number; code: string; message: string; fields?: Record<string, unknown> };
 }
 
 /** Rendezvous hashing: the live node with the highest score for a root takes it. */
@@ -1197,6 +1197,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
             status: 409,
             code: "EXECUTION_FINISHED",
             message: `execution ${id} is already ${r.state.status}`,
+            fields: { status: r.state.status },
           },
         };
       }
@@ -1312,7 +1313,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
       if (!r) return null;
       const reply = this.#replyOf(cmd, r, id);
       if (reply.error) {
-        throw new OrbitError(reply.error.status, reply.error.code, reply.error.message);
+        throw new OrbitError(
+          reply.error.status,
+          reply.error.code,
+          reply.error.message,
+          reply.error.fields ?? {},
+        );
       }
       return {
         accepted: reply.accepted ?? false,
@@ -1371,7 +1377,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
       }
     }
     if (reply.error) {
-      throw new OrbitError(reply.error.status, reply.error.code, reply.error.message);
+      throw new OrbitError(
+        reply.error.status,
+        reply.error.code,
+        reply.error.message,
+        reply.error.fields ?? {},
+      );
     }
     // A reply too large for a notification leaves out the row and the tasks' inputs (both
     // committed before the reply was sent): read them here.
@@ -1481,8 +1492,15 @@ export class SharedNode implements ClusterView, RemoteCommands {
   }
 }
 
-function errorOf(e: OrbitError): { status: number; code: string; message: string } {
-  return { status: e.status, code: e.code, message: e.message };
+function errorOf(
+  e: OrbitError,
+): { status: number; code: string; message: string; fields?: Record<string, unknown> } {
+  return {
+    status: e.status,
+    code: e.code,
+    message: e.message,
+    ...(Object.keys(e.fields).length > 0 ? { fields: e.fields } : {}),
+  };
 }
 
 function inboxOf(cmd: Command): { kind: string; payload: Record<string, unknown> } {
