@@ -738,7 +738,7 @@ class Worker:
         delay = self.heartbeat_s
         while not self._hb_stop.wait(delay):
             delay = self.heartbeat_s
-            err = self._heartbeat_once()
+            err = self._heartbeat_tick()
             if err is not None:
                 delay = backoff.next()
                 level = logging.WARNING if is_retryable(err) else logging.ERROR
@@ -750,6 +750,34 @@ class Worker:
                 )
             else:
                 backoff.reset()
+
+    def _heartbeat_tick(self) -> Optional[BaseException]:
+        """A heartbeat of the loop. When the session is gone (UNKNOWN_SESSION: the runtime
+        restarted or expired it) and attempts run here, registers again first: the slots only
+        register when they poll, and a busy slot does not poll, so without this nothing would
+        keep the running attempts (the runtime adopts the tokens a new session lists)."""
+        for _ in range(2):  # once more right after a 404 of this heartbeat
+            if self._session is None and not self._register_for_inflight():
+                return None
+            err = self._heartbeat_once()
+            if err is not None or self._session is not None:
+                return err
+        return None
+
+    def _register_for_inflight(self) -> bool:
+        """Registers again (single flight with the slots) when attempts run here and the
+        worker is not stopping; answers whether there is a session now."""
+        with self._lock:
+            if not self._inflight or self._stopping.is_set():
+                return False
+        try:
+            self._ensure_session()
+        except _Stopped:
+            return False
+        except Exception as err:  # defensive: never let the heartbeat thread die
+            self.logger.error("register failed: %s", self._describe(err))
+            return False
+        return self._session is not None
 
     def _heartbeat_once(self) -> Optional[BaseException]:
         """One heartbeat of the session with every running attempt; applies the cancellations
@@ -766,7 +794,7 @@ class Worker:
                             self.logger.info("deadline passed token=%s step=%s", ctx.token, ctx.step)
                             ctx._cancel("deadline")
             if not session:
-                return None  # a slot registers again
+                return None  # the heartbeat loop (or a polling slot) registers again
             try:
                 res = self._transport.post(
                     "/v1/workers/heartbeat",

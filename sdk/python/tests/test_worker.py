@@ -444,6 +444,47 @@ class WorkerTest(unittest.TestCase):
         done = self.fake.wait_for("the result", lambda: self.fake.of("/v1/tasks/complete"))
         self.assertEqual([r.body["token"] for r in done], [task["token"]])
 
+    def test_with_every_slot_busy_the_heartbeat_registers_again_and_keeps_the_attempt(self) -> None:
+        # One slot, busy: no slot polls, so only the heartbeat can register again after the
+        # runtime forgot the session (a restart); otherwise the attempt goes unlisted and is
+        # redelivered while it still runs.
+        w = self.worker(concurrency=1)
+        release = threading.Event()
+
+        @w.task("slow", contract="1")
+        def slow(_inp, _ctx):
+            release.wait(10)
+            return {"done": True}
+
+        w.start()
+        task = self.fake.add_task(task="slow")
+        self.fake.wait_for(
+            "a heartbeat naming the token",
+            lambda: [r for r in self.fake.of("/v1/workers/heartbeat") if task["token"] in r.body["tokens"]],
+        )
+        first = w.session_id
+        self.fake.sessions.clear()
+        new_session = self.fake.wait_for(
+            "a new session while the only slot is busy",
+            lambda: w.session_id not in (None, first) and w.session_id,
+            timeout=3,
+        )
+        self.fake.wait_for(
+            "a heartbeat of the new session naming the token",
+            lambda: [
+                r
+                for r in self.fake.of("/v1/workers/heartbeat")
+                if r.body["session_id"] == new_session and task["token"] in r.body["tokens"]
+            ],
+            timeout=3,
+        )
+        self.assertEqual(len(self.fake.of("/v1/workers/register")), 2)
+        release.set()
+        done = self.fake.wait_for("the result", lambda: self.fake.of("/v1/tasks/complete"))
+        self.assertEqual([r.body["token"] for r in done], [task["token"]])
+        # The report asks for the next attempt with the new session.
+        self.assertEqual(done[0].body.get("session_id"), new_session)
+
     def test_a_handler_that_finishes_despite_a_cancel_reports_its_output_once(self) -> None:
         w = self.worker()
         started = threading.Event()
