@@ -201,7 +201,8 @@ class Transport:
         abort: Optional[Abort] = None,
         send_body: bool = False,
     ) -> Any:
-        """Sends one request; answers the parsed JSON body (None for an empty one)."""
+        """Sends one request; answers the parsed JSON body (None for an empty one). A ``body``
+        of bytes is sent as it is (JSON the caller encoded)."""
         target = self._base_path + path
         if query:
             pairs = {k: _qs(v) for k, v in query.items() if v is not None}
@@ -213,7 +214,9 @@ class Transport:
         payload: Optional[bytes] = None
         if body is not None or send_body:
             headers["content-type"] = "application/json"
-            payload = json.dumps(body, separators=(",", ":")).encode()
+            payload = (
+                body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+            )
         if abort is not None and abort.aborted:
             raise RequestAborted()
         conn, _reused = self._connection(timeout)

@@ -663,6 +663,7 @@ class Worker:
         the first request asks for one next attempt. Answers the attempts the answer carried."""
         backoff = self._new_backoff()
         token = task["token"]
+        substituted = False  # the result was already replaced by a small failure
         while True:
             path = "/v1/tasks/complete" if outcome.kind == "complete" else "/v1/tasks/fail"
             body: Dict[str, Any] = {"token": token}
@@ -676,7 +677,29 @@ class Worker:
                 body["session_id"] = session
                 body["max_tasks"] = 1
             try:
-                res = self._transport.post(path, body, timeout=self.request_timeout_s)
+                # NaN and Infinity are not JSON (the runtime answers 400 BAD_JSON).
+                payload = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+            except (TypeError, ValueError, RecursionError) as err:
+                if substituted:  # cannot happen: the substitute is plain strings
+                    self.logger.error("dropping the result of %s: %s", token, err)
+                    return []
+                self.logger.error(
+                    "the %s of %s is not JSON (%s: %s); reporting a failure instead",
+                    _what(outcome),
+                    token,
+                    type(err).__name__,
+                    err,
+                )
+                outcome = fail_outcome(
+                    "RESULT_NOT_JSON",
+                    _clip(f"the {_what(outcome)} is not JSON ({type(err).__name__}: {err})"),
+                    False,
+                    {},
+                )
+                substituted = True
+                continue
+            try:
+                res = self._transport.post(path, payload, timeout=self.request_timeout_s)
             except OrbitError as err:
                 take = False  # retries do not ask for more work
                 if self._abandon.is_set():
@@ -694,21 +717,23 @@ class Worker:
                         return []
                     continue
                 if (
-                    outcome.kind == "complete"
+                    not substituted
                     and isinstance(err, OrbitApiError)
-                    and err.status in (413, 422)
+                    and err.status in (400, 413, 422)
                 ):
                     self.logger.error(
-                        "the runtime refused the output of %s: %s; reporting a failure instead",
+                        "the runtime refused the %s of %s: %s; reporting a failure instead",
+                        _what(outcome),
                         token,
                         self._describe(err),
                     )
                     outcome = fail_outcome(
-                        "OUTPUT_REJECTED",
-                        f"the runtime refused the output: {err.code}: {err.message}",
+                        "OUTPUT_REJECTED" if outcome.kind == "complete" else "RESULT_REJECTED",
+                        _clip(f"the runtime refused the {_what(outcome)}: {err.code}: {err.message}"),
                         False,
                         {},
                     )
+                    substituted = True
                     continue
                 self.logger.error(
                     "report result failed: %s; dropping the result of %s", self._describe(err), token
@@ -830,6 +855,18 @@ class Worker:
         if isinstance(err, OrbitApiError):
             return f"ORBIT runtime at {self.server} answered {err.status} {err.code}: {err.message}"
         return f"{type(err).__name__}: {err}"
+
+
+def _what(outcome: Outcome) -> str:
+    """``output``, or ``failure <code>: <message>`` (shortened), for messages about a result."""
+    if outcome.kind == "complete":
+        return "output"
+    error = outcome.error if isinstance(outcome.error, dict) else {}
+    return f"failure {str(error.get('code'))[:200]!r}: {_clip(str(error.get('message')), 500)}"
+
+
+def _clip(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _snippet(value: Any) -> str:

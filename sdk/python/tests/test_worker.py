@@ -3,6 +3,8 @@ runtime that answers garbage, closes connections, hands out unknown tasks or for
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import os
 import sys
@@ -484,6 +486,113 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual([r.body["token"] for r in done], [task["token"]])
         # The report asks for the next attempt with the new session.
         self.assertEqual(done[0].body.get("session_id"), new_session)
+
+    # ---- results the runtime cannot take ------------------------------------------------
+
+    def strict_results(self) -> None:
+        """The fake answers result reports as the runtime does: 400 BAD_JSON for NaN/Infinity
+        (not JSON), 422 for an error code that is empty or longer than 200 characters or a
+        message longer than 100,000."""
+
+        def check(rec):
+            if not isinstance(rec.body, dict):
+                return ("json", 400, {"error": {"code": "BAD_JSON", "message": "not JSON"}})
+            try:
+                json.dumps(rec.body, allow_nan=False)
+            except ValueError:
+                return ("json", 400, {"error": {"code": "BAD_JSON", "message": "not JSON"}})
+            error = rec.body.get("error")
+            if rec.path == "/v1/tasks/fail" and not (
+                isinstance(error, dict)
+                and isinstance(error.get("code"), str)
+                and 1 <= len(error["code"]) <= 200
+                and len(error.get("message", "")) <= 100_000
+            ):
+                return ("json", 422, {"error": {"code": "INVALID_REQUEST", "message": "body breaks the contract"}})
+            return None
+
+        self.fake.handlers["/v1/tasks/complete"] = check
+        self.fake.handlers["/v1/tasks/fail"] = check
+
+    def one_result(self, handler) -> "tuple":
+        """Runs one attempt of ``handler``; answers its token and the result requests sent."""
+        w = self.worker(concurrency=1)
+        w.add_task("t", handler, contract="1")
+        w.start()
+        task = self.fake.add_task(task="t")
+        self.fake.wait_for("a result", lambda: self.fake.results())
+        self.fake.wait_for("the attempt to end", lambda: not w.running_tokens)
+        time.sleep(0.2)  # no more requests come
+        return task["token"], self.fake.results()
+
+    def test_an_output_with_nan_is_reported_as_a_failure_not_dropped(self) -> None:
+        self.strict_results()
+        token, results = self.one_result(lambda _inp: {"ratio": float("nan")})
+        self.assertEqual([(r.path, r.body["token"]) for r in results], [("/v1/tasks/fail", token)])
+        error = results[0].body["error"]
+        self.assertEqual((error["code"], error["retryable"]), ("RESULT_NOT_JSON", False))
+        self.assertIn("ValueError", error["message"])
+
+    def test_a_failure_whose_details_are_not_json_is_reported_not_lost(self) -> None:
+        self.strict_results()
+
+        def h(_inp):
+            raise TaskError("DECLINED", "no", retryable=False, details={"at": datetime.datetime(2026, 1, 1)})
+
+        token, results = self.one_result(h)
+        self.assertEqual([(r.path, r.body["token"]) for r in results], [("/v1/tasks/fail", token)])
+        error = results[0].body["error"]
+        self.assertEqual((error["code"], error["retryable"]), ("RESULT_NOT_JSON", False))
+        self.assertIn("DECLINED", error["message"])
+        self.assertIn("datetime", error["message"])
+
+    def assert_refused_then_small(self, token, results) -> None:
+        self.assertEqual([r.path for r in results], ["/v1/tasks/fail"] * 2)
+        self.assertEqual({r.body["token"] for r in results}, {token})
+        error = results[1].body["error"]
+        self.assertEqual((error["code"], error["retryable"]), ("RESULT_REJECTED", False))
+        self.assertLessEqual(len(error["message"]), 2000)
+        self.assertIn("INVALID_REQUEST", error["message"])
+        self.assertIn(error.get("details"), (None, {}))
+
+    def test_a_failure_with_a_message_over_100000_characters_is_reported_as_a_small_one(self) -> None:
+        self.strict_results()
+
+        def h(_inp):
+            raise ValueError("x" * 200_000)
+
+        self.assert_refused_then_small(*self.one_result(h))
+
+    def test_a_failure_with_an_empty_code_is_reported_as_a_small_one(self) -> None:
+        self.strict_results()
+
+        def h(_inp):
+            raise TaskError("")
+
+        self.assert_refused_then_small(*self.one_result(h))
+
+    def test_an_output_the_runtime_refuses_with_400_is_reported_as_a_failure(self) -> None:
+        self.fake.script(
+            "/v1/tasks/complete", ("json", 400, {"error": {"code": "BAD_JSON", "message": "not JSON"}})
+        )
+        token, results = self.one_result(lambda _inp: {"ok": True})
+        self.assertEqual([r.path for r in results], ["/v1/tasks/complete", "/v1/tasks/fail"])
+        error = results[1].body["error"]
+        self.assertEqual((error["code"], error["retryable"]), ("OUTPUT_REJECTED", False))
+        self.assertEqual(results[1].body["token"], token)
+
+    def test_when_even_the_small_failure_is_refused_the_result_is_dropped_once(self) -> None:
+        refused = ("json", 422, {"error": {"code": "INVALID_REQUEST", "message": "no"}})
+        self.fake.handlers["/v1/tasks/fail"] = lambda _rec: refused
+
+        def h(_inp):
+            raise TaskError("E", "m")
+
+        with self.assertLogs("orbit", level="ERROR") as logs:
+            token, results = self.one_result(h)
+        self.assertEqual([r.path for r in results], ["/v1/tasks/fail"] * 2)
+        self.assertEqual(results[1].body["error"]["code"], "RESULT_REJECTED")
+        self.assertTrue([m for m in logs.output if "dropping the result of " + token in m], logs.output)
 
     def test_a_handler_that_finishes_despite_a_cancel_reports_its_output_once(self) -> None:
         w = self.worker()
