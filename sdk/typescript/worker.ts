@@ -762,6 +762,7 @@ export class Worker {
     slot: (() => void) | null,
   ): Promise<PolledTask[]> {
     let current = outcome;
+    let substituted = false;
     const backoff = new Backoff(this.#backoff);
     const abandon = this.#abandon.signal;
     for (;;) {
@@ -818,24 +819,37 @@ export class Worker {
           }
           continue;
         }
-        if (
-          current.kind === "complete" && err instanceof OrbitApiError &&
-          (err.status === 413 || err.status === 422)
-        ) {
+        // A result the runtime refuses (400, 413, 422), or that is not JSON (a BigInt, a cycle:
+        // JSON.stringify throws a TypeError before anything is sent), would be dropped, and its
+        // attempt redelivered every session timeout for ever: it is reported as a small failure
+        // instead, once (the retry policy then decides). Only if that is refused too is it dropped.
+        const refused = err instanceof OrbitApiError &&
+          (err.status === 400 || err.status === 413 || err.status === 422);
+        const notJson = err instanceof TypeError;
+        if (!substituted && (refused || notJson)) {
+          const what = current.kind === "complete" ? "output" : "failure";
+          const reason = refused
+            ? `the runtime refused the ${what}: ${(err as OrbitApiError).code}: ${
+              (err as OrbitApiError).message
+            }`
+            : `the ${what} is not JSON: ${(err as Error).message}`;
           this.logger.error(
-            `the runtime refused the output of ${task.token}: ${
-              describe(err, this.server)
-            }; reporting a failure instead`,
+            `${reason} (${task.token}); reporting a failure instead`,
           );
           current = {
             kind: "fail",
             error: {
-              code: "OUTPUT_REJECTED",
-              message: `the runtime refused the output: ${err.code}: ${err.message}`,
+              code: notJson
+                ? "RESULT_NOT_JSON"
+                : current.kind === "complete"
+                ? "OUTPUT_REJECTED"
+                : "RESULT_REJECTED",
+              message: reason.length > 2000 ? `${reason.slice(0, 1997)}...` : reason,
               retryable: false,
               details: {},
             },
           };
+          substituted = true;
           continue;
         }
         this.logger.error(

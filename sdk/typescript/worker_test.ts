@@ -519,3 +519,41 @@ Deno.test("stop() during a registration that keeps failing ends the worker", asy
   assert.equal(worker.state, "stopped");
   assert.deepEqual(fake.unregisters, []);
 });
+
+Deno.test("a result the runtime refuses, or that is not JSON, is reported once as a small failure", async () => {
+  // Dropped before: the attempt stayed live and was redelivered every session timeout.
+  await using fake = FakeOrbit.start();
+  const odd = defineTask({
+    name: "test.odd",
+    contract: "1",
+    handler: (input: { mode: string }) => {
+      if (input.mode === "bigint") return { n: 1n };
+      if (input.mode === "fail") throw new TaskError("BAD", "refused by the runtime");
+      return { ok: true };
+    },
+  });
+  const { worker } = makeWorker(fake, { tasks: [odd] });
+  await worker.start();
+  const run = async (mode: string) => {
+    const t = fake.enqueue({ task: "test.odd", input: { mode } });
+    await fake.waitFor(() => fake.resultsFor(t.token).length > 0, `the result of ${mode}`);
+    return fake.resultsFor(t.token);
+  };
+  // An output JSON cannot carry.
+  const big = await run("bigint");
+  assert.equal(big.length, 1);
+  assert.equal(big[0]!.error!.code, "RESULT_NOT_JSON");
+  assert.equal(big[0]!.error!.retryable, false);
+  // A failure the runtime refuses (422).
+  fake.inject("/v1/tasks/fail", { status: 422, code: "INVALID_REQUEST" });
+  const failed = await run("fail");
+  assert.equal(failed.length, 1);
+  assert.equal(failed[0]!.error!.code, "RESULT_REJECTED");
+  assert.match(failed[0]!.error!.message, /INVALID_REQUEST/);
+  // An output the runtime refuses (400).
+  fake.inject("/v1/tasks/complete", { status: 400, code: "BAD_JSON" });
+  const refused = await run("ok");
+  assert.equal(refused.length, 1);
+  assert.equal(refused[0]!.error!.code, "OUTPUT_REJECTED");
+  await worker.stop();
+});
