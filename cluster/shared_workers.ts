@@ -44,6 +44,7 @@ import {
   type Session,
   type TaskPayload,
   type TaskRegistration,
+  type TokenHolder,
   undelivered,
   type WorkerService,
 } from "../lib/workers.ts";
@@ -263,15 +264,14 @@ export class SharedWorkers implements WorkerService {
     return rec?.worker_id ?? null;
   }
 
-  async tokenHolder(
-    token: string,
-  ): Promise<{ task: string; contract: string; worker_id: string | null } | null> {
-    const [row] = await this.#q<
-      { task_name: string; contract_version: string; worker_id: string | null }
-    >(q.TOKEN_HOLDER, [token]);
-    return row
-      ? { task: row.task_name, contract: row.contract_version, worker_id: row.worker_id }
-      : null;
+  async tokenHolders(tokens: string[]): Promise<Map<string, TokenHolder>> {
+    const rows = await this.#q<
+      { token: string; task_name: string; contract_version: string; worker_id: string | null }
+    >(q.TOKEN_HOLDERS, [tokens]);
+    return new Map(rows.map((r) => [
+      r.token,
+      { task: r.task_name, contract: r.contract_version, worker_id: r.worker_id },
+    ]));
   }
 
   async register(

@@ -76,6 +76,13 @@ interface Waiter {
  * What the routes use of a worker service: this module's in-memory one on a single server
  * and in standby mode, cluster/shared_workers.ts over the shared tables in shared mode.
  */
+/** Who holds a live attempt: its task and contract, and its session's worker (null: gone). */
+export interface TokenHolder {
+  task: string;
+  contract: string;
+  worker_id: string | null;
+}
+
 export interface WorkerService extends ExecutionObserver {
   /** Sessions this server knows (all of them here; the ones it served in shared mode). */
   readonly sessions: ReadonlyMap<string, Session>;
@@ -99,13 +106,11 @@ export interface WorkerService extends ExecutionObserver {
   list(): unknown[] | Promise<unknown[]>;
   /**
    * Shared mode, for the workers file's checks: the worker of a session this server has not
-   * cached (null: no such session), and who holds an attempt whose execution it does not hold
-   * (null: no such live attempt). Other servers' sessions and attempts are checked as its own.
+   * cached (null: no such session), and who holds the attempts whose executions it does not
+   * hold (those not live are left out). Other servers' sessions and attempts are checked as its own.
    */
   sessionWorker?(sessionId: string): Promise<string | null>;
-  tokenHolder?(
-    token: string,
-  ): Promise<{ task: string; contract: string; worker_id: string | null } | null>;
+  tokenHolders?(tokens: string[]): Promise<Map<string, TokenHolder>>;
   start(): void;
   stop(): void;
 }

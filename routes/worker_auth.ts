@@ -25,6 +25,7 @@ import { OrbitError } from "../lib/errors.ts";
 import { stepOfToken } from "../lib/engine/state.ts";
 import { executionOfToken } from "../lib/executions.ts";
 import type { Runtime } from "../lib/runtime.ts";
+import type { TokenHolder } from "../lib/workers.ts";
 import {
   deniedTasks,
   describeTasks,
@@ -129,49 +130,40 @@ export function workerAuth(
 
   /**
    * A live task token must have been handed to the caller's identity, for a task it may serve.
-   * In shared mode an attempt whose execution this server does not hold (owned elsewhere, or
-   * its dispatch not applied here yet) is looked up in `orbit_tasks`.
+   * In shared mode the attempts whose execution this server does not hold (owned elsewhere, or
+   * their dispatch not applied here yet) are looked up in `orbit_tasks`, in one read.
    */
   const ownTokens = async (me: WorkerIdentity, tokens: readonly string[]) => {
+    const holders = new Map<string, TokenHolder>();
+    const unknown: string[] = [];
     for (const token of tokens) {
       const id = executionOfToken(token);
-      const state = id === null ? undefined : rt.executions.stateOf(id);
+      if (id === null) continue;
+      const state = rt.executions.stateOf(id);
       const step = state ? stepOfToken(state, token) : undefined;
-      if (!step) {
-        const held = id === null ? null : await rt.workers.tokenHolder?.(token);
-        if (!held) continue;
-        if (held.worker_id !== null && held.worker_id !== me.worker_id) {
-          throw forbidden(
-            "FORBIDDEN_WORKER",
-            `task token ${token} was handed to another worker, not to ${me.worker_id}`,
-            { worker_id: me.worker_id, token },
-          );
-        }
-        if (!taskAllowed(me, held.task, held.contract)) {
-          throw forbidden(
-            "TASK_NOT_ALLOWED",
-            `worker ${me.worker_id} may not serve ${held.task}@${held.contract} (the workers file allows ${
-              describeTasks(me)
-            })`,
-            { worker_id: me.worker_id, tasks: [{ name: held.task, contract: held.contract }] },
-          );
-        }
-        continue;
-      }
-      if (step.tokens[token]!.worker_id !== me.worker_id) {
+      if (step) {
+        const worker_id = step.tokens[token]!.worker_id;
+        holders.set(token, { task: step.task, contract: step.contract, worker_id });
+      } else unknown.push(token);
+    }
+    if (unknown.length > 0 && rt.workers.tokenHolders) {
+      for (const [token, h] of await rt.workers.tokenHolders(unknown)) holders.set(token, h);
+    }
+    for (const [token, held] of holders) {
+      if (held.worker_id !== null && held.worker_id !== me.worker_id) {
         throw forbidden(
           "FORBIDDEN_WORKER",
           `task token ${token} was handed to another worker, not to ${me.worker_id}`,
           { worker_id: me.worker_id, token },
         );
       }
-      if (!taskAllowed(me, step.task, step.contract)) {
+      if (!taskAllowed(me, held.task, held.contract)) {
         throw forbidden(
           "TASK_NOT_ALLOWED",
-          `worker ${me.worker_id} may not serve ${step.task}@${step.contract} (the workers file allows ${
+          `worker ${me.worker_id} may not serve ${held.task}@${held.contract} (the workers file allows ${
             describeTasks(me)
           })`,
-          { worker_id: me.worker_id, tasks: [{ name: step.task, contract: step.contract }] },
+          { worker_id: me.worker_id, tasks: [{ name: held.task, contract: held.contract }] },
         );
       }
     }

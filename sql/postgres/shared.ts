@@ -909,14 +909,14 @@ export const GET_SESSION = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions WHERE 
 export const LIST_SESSIONS = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions ORDER BY created_ms`;
 
 /**
- * Who holds an attempt, for the workers file's checks on a server that does not hold its
- * execution: its task and contract and the worker of the session it went to (null when that
- * session is gone). No row: no such attempt is live. Params: $1 token.
+ * Who holds these attempts, for the workers file's checks on a server that does not hold their
+ * executions: task, contract and the worker of the session each went to (null when that session
+ * is gone). A token with no row is no live attempt. Params: $1 tokens.
  */
-export const TOKEN_HOLDER = `
-SELECT t.task_name, t.contract_version, s.worker_id FROM orbit_tasks t
+export const TOKEN_HOLDERS = `
+SELECT t.token, t.task_name, t.contract_version, s.worker_id FROM orbit_tasks t
 LEFT JOIN orbit_sessions s ON s.session_id = t.session_id
-WHERE t.token = $1 AND t.state <> 'queued'`;
+WHERE t.token = ANY (${list(1)}) AND t.state <> 'queued'`;
 
 /**
  * Last contacts seen by this server since its last write; answers the sessions that still have
