@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { sharedPostgres } from "../tests/support/pg.ts";
 import { WAITER_WORKFLOW } from "../tests/support/orders.ts";
-import { startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 
 const PARENT_WORKFLOW = {
@@ -35,15 +35,11 @@ Deno.test({
         SELECT execution_id, root_id, node_id, epoch::int FROM orbit_owners
         ORDER BY execution_id`).map((o) => [o.execution_id, o.root_id, o.node_id, o.epoch]);
     try {
-      for (const wf of [WAITER_WORKFLOW, PARENT_WORKFLOW]) {
-        assert.equal((await a.call("POST", "/v1/workflows", wf)).status, 201);
-      }
-      const st = await a.call("POST", "/v1/executions", {
+      await deployAndStart(a, [WAITER_WORKFLOW, PARENT_WORKFLOW], {
         workflow: "Parent",
         execution_id: "p-1",
         input: {},
       });
-      assert.equal(st.status, 201, JSON.stringify(st.body));
       await waitFor(
         async () => {
           const r = await b.call("GET", "/v1/executions/p-1.w");
@@ -105,15 +101,11 @@ Deno.test({
     const b = await startedNode(url, "node-b");
     const sql = postgres(url, { max: 1, onnotice: () => {} });
     try {
-      for (const wf of [WAITER_WORKFLOW, PARENT_WORKFLOW]) {
-        assert.equal((await a.call("POST", "/v1/workflows", wf)).status, 201);
-      }
-      const st = await a.call("POST", "/v1/executions", {
+      await deployAndStart(a, [WAITER_WORKFLOW, PARENT_WORKFLOW], {
         workflow: "Parent",
         execution_id: "p-2",
         input: {},
       });
-      assert.equal(st.status, 201, JSON.stringify(st.body));
       await waitFor(
         async () => (await b.call("GET", "/v1/executions/p-2.w")).body.status === "running",
         "the child to start",

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
-import { startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 
 Deno.test({
@@ -22,13 +22,11 @@ Deno.test({
     const a = await startedNode(url, "node-a");
     const sql = postgresClient(url, { max: 1, applicationName: "orbit-test" });
     try {
-      assert.equal((await a.call("POST", "/v1/workflows", ORDER_WORKFLOW)).status, 201);
-      const start = await a.call("POST", "/v1/executions", {
+      await deployAndStart(a, [ORDER_WORKFLOW], {
         workflow: "OrderProcessing",
         execution_id: "cr-1",
         input: orderInput("cr-1"),
       });
-      assert.equal(start.status, 201, JSON.stringify(start.body));
       const tasks = [{ name: "orders.validate", contract: "1" }];
       const r1 = await a.call("POST", "/v1/workers/register", {
         worker_id: "w",

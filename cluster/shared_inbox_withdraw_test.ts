@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { sharedPostgres } from "../tests/support/pg.ts";
 import { WAITER_WORKFLOW } from "../tests/support/orders.ts";
-import { startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 
 /** Longer than any wait here: no takeover while a node is silent on purpose. */
@@ -41,13 +41,11 @@ Deno.test({
     let release!: () => void;
     const released = new Promise<void>((r) => release = r);
     try {
-      assert.equal((await a.call("POST", "/v1/workflows", WAITER_WORKFLOW)).status, 201);
-      const st = await a.call("POST", "/v1/executions", {
+      await deployAndStart(a, [WAITER_WORKFLOW], {
         workflow: "Waiter",
         execution_id: "wd-1",
         input: {},
       });
-      assert.equal(st.status, 201, JSON.stringify(st.body));
       // Appends wait behind this lock (reads pass): node A takes the entry and its commit
       // waits until after node B has given up and withdrawn it.
       let locked!: () => void;
@@ -104,13 +102,11 @@ Deno.test({
     const b = await startedNode(url, "node-b", { nodeTimeoutMs: NODE_TIMEOUT_MS });
     const sql = postgres(url, { max: 1, onnotice: () => {} });
     try {
-      assert.equal((await a.call("POST", "/v1/workflows", WAITER_WORKFLOW)).status, 201);
-      const st = await a.call("POST", "/v1/executions", {
+      await deployAndStart(a, [WAITER_WORKFLOW], {
         workflow: "Waiter",
         execution_id: "wd-2",
         input: {},
       });
-      assert.equal(st.status, 201, JSON.stringify(st.body));
       // Node A stops answering (no leave: it still owns wd-2 for the node timeout).
       await a.n.abort();
       const pending = b.call("POST", "/v1/executions/wd-2/signals/go", { payload: { n: 1 } });

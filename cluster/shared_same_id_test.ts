@@ -24,7 +24,7 @@ import {
 } from "../sql/postgres/shared.ts";
 import { migratedDatabase, sharedPostgres } from "../tests/support/pg.ts";
 import { WAITER_WORKFLOW } from "../tests/support/orders.ts";
-import { inProcessNode, startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, inProcessNode, startedNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 
 Deno.test({
@@ -48,13 +48,11 @@ Deno.test({
     const fresh = inProcessNode(url, "node-x", { nodeTimeoutMs, onFatal: (m) => fatal.push(m) });
     const sql = postgres(url, { max: 1, onnotice: () => {} });
     try {
-      assert.equal((await old.call("POST", "/v1/workflows", WAITER_WORKFLOW)).status, 201);
-      const st = await old.call("POST", "/v1/executions", {
+      await deployAndStart(old, [WAITER_WORKFLOW], {
         workflow: "Waiter",
         execution_id: "same-1",
         input: {},
       });
-      assert.equal(st.status, 201, JSON.stringify(st.body));
 
       // The old process pauses; the new one joins under the same id and resumes (epoch 2).
       paused = true;

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
-import { startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { READ_INBOX, TAKE_OVER } from "../sql/postgres/shared.ts";
 
@@ -30,13 +30,11 @@ Deno.test({
     const b = await startedNode(url, "node-b");
     const sql = postgresClient(url, { max: 1, applicationName: "orbit-test" });
     try {
-      assert.equal((await a.call("POST", "/v1/workflows", ORDER_WORKFLOW)).status, 201);
-      const start = await a.call("POST", "/v1/executions", {
+      await deployAndStart(a, [ORDER_WORKFLOW], {
         workflow: "OrderProcessing",
         execution_id: "so-1",
         input: orderInput("so-1"),
       });
-      assert.equal(start.status, 201, JSON.stringify(start.body));
       // Node B takes the tree over as it would from a silent node; node A's heartbeats go on,
       // so nothing makes it look at its ownership again: its memory still holds so-1.
       const took = await sql.unsafe(TAKE_OVER, [
@@ -104,13 +102,11 @@ Deno.test({
     const b = await startedNode(url, "node-b");
     const sql = postgresClient(url, { max: 1, applicationName: "orbit-test" });
     try {
-      assert.equal((await b.call("POST", "/v1/workflows", ORDER_WORKFLOW)).status, 201);
-      const start = await b.call("POST", "/v1/executions", {
+      await deployAndStart(b, [ORDER_WORKFLOW], {
         workflow: "OrderProcessing",
         execution_id: "so-2",
         input: orderInput("so-2"),
       });
-      assert.equal(start.status, 201, JSON.stringify(start.body));
       // Node A now owns so-2 but has not loaded it.
       const took = await sql.unsafe(TAKE_OVER, [
         "node-a",

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
-import { startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 
@@ -25,13 +25,11 @@ Deno.test({
     const b = await startedNode(url, "node-b");
     const sql = postgresClient(url, { max: 1, applicationName: "orbit-test" });
     try {
-      assert.equal((await a.call("POST", "/v1/workflows", ORDER_WORKFLOW)).status, 201);
-      const start = await a.call("POST", "/v1/executions", {
+      await deployAndStart(a, [ORDER_WORKFLOW], {
         workflow: "OrderProcessing",
         execution_id: "tf-1",
         input: orderInput("tf-1"),
       });
-      assert.equal(start.status, 201, JSON.stringify(start.body));
       // The worker is served by B; B's claim hands out the validate of tf-1, owned by A.
       const reg = await b.call("POST", "/v1/workers/register", {
         worker_id: "w-1",

@@ -155,6 +155,19 @@ async function run(target: StoreTarget, o: RunOptions): Promise<void> {
   }
 }
 
+/** A started runtime with a bounded cache over a faulty store on a fresh database, WORKFLOW deployed. */
+async function cachedRuntime(target: StoreTarget) {
+  const store = faultyStore(await openStore(await target.newDb()));
+  const rt = new Runtime(store, {
+    sessionTimeoutMs: 60_000,
+    maxActiveExecutions: null,
+    cacheExecutions: 100,
+  });
+  await rt.start();
+  await rt.definitions.deploy(WORKFLOW);
+  return { store, rt };
+}
+
 for (const target of STORES) {
   Deno.test({
     name:
@@ -182,15 +195,8 @@ for (const target of STORES) {
       // Retried item by item after the batch failed, the start met its own row
       // (DuplicateExecutionError) and was answered as another start's execution: with a
       // bounded cache nothing loaded it, and its first task was never queued.
-      const store = faultyStore(await openStore(await target.newDb()));
-      const rt = new Runtime(store, {
-        sessionTimeoutMs: 60_000,
-        maxActiveExecutions: null,
-        cacheExecutions: 100,
-      });
-      await rt.start();
+      const { store, rt } = await cachedRuntime(target);
       try {
-        await rt.definitions.deploy(WORKFLOW);
         let armed = true;
         store.plan = {
           commit: (_n, items) => {
@@ -248,15 +254,8 @@ for (const target of STORES) {
     sanitizeOps: false,
     sanitizeResources: false,
     fn: async () => {
-      const store = faultyStore(await openStore(await target.newDb()));
-      const rt = new Runtime(store, {
-        sessionTimeoutMs: 60_000,
-        maxActiveExecutions: null,
-        cacheExecutions: 100,
-      });
-      await rt.start();
+      const { store, rt } = await cachedRuntime(target);
       try {
-        await rt.definitions.deploy(WORKFLOW);
         const session = await rt.workers.register({
           worker_id: "w",
           runtime: "typescript",

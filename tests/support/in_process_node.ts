@@ -66,3 +66,17 @@ export async function startedNode(
   await node.n.start(null);
   return node;
 }
+
+/** Deploys `workflows` through `node` and starts one execution there, asserting each answer. */
+export async function deployAndStart(
+  node: { call: ReturnType<typeof inProcessNode>["call"] },
+  workflows: unknown[],
+  start: { workflow: string; execution_id: string; input: unknown },
+): Promise<void> {
+  for (const wf of workflows) {
+    const r = await node.call("POST", "/v1/workflows", wf);
+    if (r.status !== 201) throw new Error(`deploy answered ${r.status}: ${JSON.stringify(r.body)}`);
+  }
+  const r = await node.call("POST", "/v1/executions", start);
+  if (r.status !== 201) throw new Error(`start answered ${r.status}: ${JSON.stringify(r.body)}`);
+}
