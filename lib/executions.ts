@@ -323,6 +323,8 @@ export class Executions {
     const timer = this.#suspect.get(id);
     if (timer) clearTimeout(timer);
     this.#suspect.delete(id);
+    // Its waits follow it from the database now (NOTIFY orbit_done from its new owner).
+    for (const w of [...(this.#waiters.get(id) ?? [])]) w();
   }
 
   #allObservers(): ExecutionObserver[] {
@@ -648,6 +650,7 @@ export class Executions {
   }
 
   async wait(id: string, ms: number, signal?: AbortSignal): Promise<ExecutionRow> {
+    const end = this.clock.now() + ms;
     // One that is not held may be running all the same (left to the store): load it.
     // In shared mode it is read from the database until it closes (#pollUntilClosed), here or
     // on its owner; something that moves it loads it on its owner.
@@ -682,7 +685,8 @@ export class Executions {
     if (!row) throw notFound("UNKNOWN_EXECUTION", `execution ${id} does not exist`);
     // A standby runs nothing, and in shared mode another node may run it: read until it closes.
     if (this.opts.readOnly || this.opts.ownership) {
-      return await this.#pollUntilClosed(row, ms, signal);
+      // What is left of the wait (memory may have let it go: dropped in shared mode).
+      return await this.#pollUntilClosed(row, Math.max(0, end - this.clock.now()), signal);
     }
     return row;
   }
