@@ -42,6 +42,7 @@ import {
   pollWaitMs,
   serves,
   type Session,
+  type SessionView,
   type TaskPayload,
   type TaskRegistration,
   type TokenHolder,
@@ -825,11 +826,47 @@ export class SharedWorkers implements WorkerService {
     };
   }
 
-  async list(): Promise<unknown[]> {
-    const rows = await this.#q<SessionRecord & { in_flight: number }>(
+  /** Every session of the cluster with the attempts it holds (claimed rows). */
+  #sessionRows(): Promise<Array<SessionRecord & { in_flight: number }>> {
+    return this.#q<SessionRecord & { in_flight: number }>(
       `SELECT s.*, (SELECT count(*) FROM orbit_tasks t WHERE t.session_id = s.session_id
          AND t.state = 'claimed') AS in_flight FROM orbit_sessions s ORDER BY s.created_ms`,
     );
+  }
+
+  /**
+   * WorkerService.sessionViews: the sessions of the whole cluster for `/pending`, their last
+   * contact the latest known here or written by any server (a poll open on another server is
+   * written as contact every CONTACT_FLUSH_MS), those silent past the sweep's limit left out.
+   */
+  async sessionViews(): Promise<SessionView[]> {
+    const now = this.opts.now();
+    const out: SessionView[] = [];
+    for (const r of await this.#sessionRows()) {
+      const local = this.sessions.get(r.session_id);
+      const last = Math.max(
+        Number(r.last_contact_ms),
+        this.#contacts.get(r.session_id) ?? 0,
+        local?.last_contact_ms ?? 0,
+      );
+      const polling = local?.polling ?? 0;
+      if (polling === 0 && now - last > this.opts.sessionTimeoutMs + 1000) continue;
+      out.push({
+        session_id: r.session_id,
+        worker_id: r.worker_id,
+        runtime: r.runtime,
+        tasks: r.tasks,
+        concurrency: r.concurrency,
+        last_contact_ms: last,
+        polling,
+        busy: Number(r.in_flight),
+      });
+    }
+    return out;
+  }
+
+  async list(): Promise<unknown[]> {
+    const rows = await this.#sessionRows();
     return rows.map((r) => ({
       session_id: r.session_id,
       worker_id: r.worker_id,

@@ -24,7 +24,7 @@ import { type ExecutionState, isOpenStatus, replay, type StepState } from "./eng
 import type { HistoryEvent } from "./engine/events.ts";
 import type { ExecutionObserver } from "./executions.ts";
 import type { Runtime } from "./runtime.ts";
-import type { Session } from "./workers.ts";
+import type { SessionView } from "./workers.ts";
 import { notFound } from "./errors.ts";
 
 export type PendingReason =
@@ -158,9 +158,17 @@ export class Pending implements ExecutionObserver {
     if (state.phase !== "closed") {
       const since = sinceByStep(events);
       const lastDispatch = lastDispatchByTask(events, state);
+      const sessions = await this.#sessions(state);
       for (const st of Object.values(state.steps)) {
         if (!isOpenStatus(st.status)) continue;
-        const item = await this.#item(state, st, since.get(st.id) ?? null, now, lastDispatch);
+        const item = await this.#item(
+          state,
+          st,
+          since.get(st.id) ?? null,
+          now,
+          lastDispatch,
+          sessions,
+        );
         if (item) items.push(item);
       }
       items.sort((a, b) => (a.since_ms ?? 0) - (b.since_ms ?? 0) || a.step.localeCompare(b.step));
@@ -185,12 +193,28 @@ export class Pending implements ExecutionObserver {
     };
   }
 
+  /**
+   * The live sessions, by id: this server's, or in shared mode the whole cluster's (read only
+   * when a task of the execution is open).
+   */
+  async #sessions(s: ExecutionState): Promise<Map<string, SessionView>> {
+    const w = this.rt.workers;
+    const tasks = Object.values(s.steps).some((st) =>
+      st.kind === "task" && isOpenStatus(st.status)
+    );
+    const views: SessionView[] = w.sessionViews && tasks
+      ? await w.sessionViews()
+      : [...w.sessions.values()].map((x) => ({ ...x, busy: x.tokens.size }));
+    return new Map(views.map((v) => [v.session_id, v]));
+  }
+
   async #item(
     s: ExecutionState,
     st: StepState,
     since: number | null,
     now: number,
     lastDispatch: Map<string, { worker_id: string; at_ms: number }>,
+    sessions: Map<string, SessionView>,
   ): Promise<PendingItem | null> {
     const base = { step: st.id, attempt: st.attempt, since_ms: since };
     const comp = st.compensation ? { compensation: true } : {};
@@ -219,8 +243,8 @@ export class Pending implements ExecutionObserver {
           message: "the server's HTTP adapter is making the call",
         };
       }
-      if (st.status === "dispatched") return this.#dispatched(st, base, task, now);
-      return this.#queued(st, base, task, lastDispatch);
+      if (st.status === "dispatched") return this.#dispatched(st, base, task, now, sessions);
+      return this.#queued(st, base, task, lastDispatch, sessions);
     }
     if (st.kind === "wait_signal") {
       const timeout = timerOf(s, st.id, "timeout");
@@ -260,12 +284,13 @@ export class Pending implements ExecutionObserver {
     base: { step: string; attempt: number; since_ms: number | null },
     task: Record<string, unknown>,
     now: number,
+    sessions: Map<string, SessionView>,
   ): PendingItem {
     const timeoutMs = this.rt.opts.sessionTimeoutMs;
     const entry = Object.entries(st.tokens).filter(([, t]) => !t.uncertain)
       .sort((a, b) => b[1].dispatched_ms - a[1].dispatched_ms)[0];
     const info = entry?.[1];
-    const session = info ? this.rt.workers.sessions.get(info.worker_session) : undefined;
+    const session = info ? sessions.get(info.worker_session) : undefined;
     const worker = info?.worker_id ?? "?";
     const deadline = st.deadline_ms;
     const deadlineText = deadline !== null ? `; the attempt times out at ${iso(deadline)}` : "";
@@ -315,10 +340,11 @@ export class Pending implements ExecutionObserver {
     base: { step: string; attempt: number; since_ms: number | null },
     task: Record<string, unknown>,
     lastDispatch: Map<string, { worker_id: string; at_ms: number }>,
+    sessions: Map<string, SessionView>,
   ): PendingItem {
-    const serving = [...this.rt.workers.sessions.values()].filter((s) => serves(s, st));
+    const serving = [...sessions.values()].filter((s) => serves(s, st));
     const slots = serving.reduce((n, s) => n + s.concurrency, 0);
-    const busy = serving.reduce((n, s) => n + Math.min(s.concurrency, s.tokens.size), 0);
+    const busy = serving.reduce((n, s) => n + Math.min(s.concurrency, s.busy), 0);
     const depth = this.#queueDepth(st.task, st.contract);
     const k = key(st.task, st.contract);
     const seen = this.#lastWorker.get(k);
@@ -441,7 +467,7 @@ export function pendingOf(rt: Runtime): Pending {
   return p;
 }
 
-function serves(s: Session, st: StepState): boolean {
+function serves(s: SessionView, st: StepState): boolean {
   return s.tasks.some((reg) =>
     reg.name === st.task && reg.contract === st.contract &&
     (st.language === null || st.language === "any" ||

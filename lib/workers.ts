@@ -83,6 +83,17 @@ export interface TokenHolder {
   worker_id: string | null;
 }
 
+/**
+ * A session as `/pending` judges it: who it is, what it serves, when it was last heard from,
+ * whether a poll of it is open here, and how many of its slots hold an attempt.
+ */
+export type SessionView =
+  & Pick<
+    Session,
+    "session_id" | "worker_id" | "runtime" | "tasks" | "concurrency" | "last_contact_ms" | "polling"
+  >
+  & { busy: number };
+
 export interface WorkerService extends ExecutionObserver {
   /** Sessions this server knows (all of them here; the ones it served in shared mode). */
   readonly sessions: ReadonlyMap<string, Session>;
@@ -111,6 +122,12 @@ export interface WorkerService extends ExecutionObserver {
    */
   sessionWorker?(sessionId: string): Promise<string | null>;
   tokenHolders?(tokens: string[]): Promise<Map<string, TokenHolder>>;
+  /**
+   * Shared mode: the live sessions of the whole cluster (`orbit_sessions`), for `/pending`; a
+   * worker may talk to another server than the one asked, or than the execution's owner.
+   * Without it, `sessions` are all there are.
+   */
+  sessionViews?(): Promise<SessionView[]>;
   start(): void;
   stop(): void;
 }
