@@ -451,9 +451,6 @@ export class SharedNode implements ClusterView, RemoteCommands {
           notify: (list) => this.notify(list),
         }),
       recover: () => this.#resume(),
-      onDeployed: (name) => {
-        this.#sql("req")("SELECT pg_notify('orbit_defs', $1)", [name]).catch(() => {});
-      },
     });
     rt.executions.remote = this;
     this.#rt = rt;
@@ -471,7 +468,14 @@ export class SharedNode implements ClusterView, RemoteCommands {
       }
     });
     await listen.listen("orbit_done", (execId) => this.#wakeDone(execId));
-    await listen.listen("orbit_defs", (name) => rt.definitions.forget(name));
+    // A deploy through another server clears that workflow's cached latest version; whenever
+    // the listening connection is (re)established (postgres.js listens again after it breaks),
+    // every cached latest version is dropped, since what was announced meanwhile is lost.
+    await listen.listen(
+      "orbit_defs",
+      (name) => rt.definitions.forget(name),
+      () => rt.definitions.forgetAll(),
+    );
     await listen.listen("orbit_reply", (payload) => {
       const sp = payload.indexOf(" ");
       if (payload.slice(0, sp) !== id) return;

@@ -31,12 +31,24 @@ export class Definitions {
   constructor(
     readonly store: Store,
     readonly now: () => number,
-    readonly opts: { httpAllow?: readonly string[]; onDeployed?: (name: string) => void } = {},
+    readonly opts: { httpAllow?: readonly string[] } = {},
   ) {}
 
-  /** Another server deployed a version of `name` (shared mode's NOTIFY orbit_defs). */
+  /**
+   * Another server deployed a version of `name` (shared mode: NOTIFY orbit_defs, which the
+   * PostgreSQL store sends in the deploy's own transaction).
+   */
   forget(name: string): void {
     this.#latest.delete(name);
+  }
+
+  /**
+   * Every workflow's latest version is read again at its next start without a version (shared
+   * mode: the listening connection was (re)established, and what was announced while it was
+   * down is lost).
+   */
+  forgetAll(): void {
+    this.#latest.clear();
   }
 
   /** Deploys a document: `created` true on first deploy, false for an identical one (200). */
@@ -66,7 +78,6 @@ export class Definitions {
     }
     this.#docs.set(`${doc.name}@${doc.version}`, stored.document as WorkflowDoc);
     this.#latest.delete(doc.name);
-    if (created) this.opts.onDeployed?.(doc.name);
     return { created, row: stored };
   }
 

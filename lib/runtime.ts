@@ -39,7 +39,6 @@ export interface RuntimeOptions {
     ownership: Ownership;
     workers(executions: Executions, metrics: Metrics): WorkerService;
     recover(): Promise<{ executions: number; in_flight: number }>;
-    onDeployed(name: string): void;
   } | null;
 }
 
@@ -85,7 +84,6 @@ export class Runtime {
     this.committer = new GroupCommitter(store, this.metrics, 1);
     this.definitions = new Definitions(store, this.clock.now, {
       httpAllow: opts.httpAllow ?? [],
-      ...(shared ? { onDeployed: shared.onDeployed } : {}),
     });
     this.executions = new Executions(
       store,

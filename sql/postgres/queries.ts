@@ -31,7 +31,9 @@ const DEFINITION_COLUMNS = "name, version, ir, document, hash, created_ms";
 /**
  * Inserts a definition unless this name and version exist, and answers the stored row with
  * `created`. One statement; under a concurrent insert of the same key it can answer no row
- * (the other insert is not in this statement's snapshot), and the caller then reads it.
+ * (the other insert is not in this statement's snapshot), and the caller then reads it. A new
+ * version is announced with NOTIFY orbit_defs in the same transaction (shared mode's servers
+ * drop their cached latest version of that workflow; nobody listens otherwise).
  * Params: $1 name, $2 version, $3 ir, $4 document (jsonb), $5 hash, $6 created_ms.
  */
 export const PUT_DEFINITION = `
@@ -42,6 +44,7 @@ WITH ins AS (
   RETURNING ${DEFINITION_COLUMNS}
 )
 SELECT true AS created, ${DEFINITION_COLUMNS} FROM ins
+  CROSS JOIN LATERAL (SELECT pg_notify('orbit_defs', ins.name)) AS announced
 UNION ALL
 SELECT false AS created, ${DEFINITION_COLUMNS} FROM workflow_definitions
 WHERE name = $1 AND version = $2 AND NOT EXISTS (SELECT 1 FROM ins)`;
