@@ -19,18 +19,32 @@ export function inProcessNode(
   nodeId: string,
   opts: {
     nodeTimeoutMs?: number;
+    /** `--session-timeout` in ms (default 3000). */
+    sessionTimeoutMs?: number;
+    /** `--cache-executions` (default: every running execution stays in memory). */
+    cacheExecutions?: number;
+    /** `--http-allow` (default: none). */
+    httpAllow?: string[];
     afterStatement?: (text: string) => void;
     /** What the server would exit with (default: thrown). */
     onFatal?: (message: string) => void;
   } = {},
 ) {
+  const sessionTimeoutMs = opts.sessionTimeoutMs ?? 3000;
   const n: SharedNode = new SharedNode({
     url,
     nodeId,
     nodeTimeoutMs: opts.nodeTimeoutMs ?? 2000,
-    sessionTimeoutMs: 3000,
+    sessionTimeoutMs,
     runtime: (store, shared) =>
-      new Runtime(store, { sessionTimeoutMs: 3000, maxActiveExecutions: null, cluster: n, shared }),
+      new Runtime(store, {
+        sessionTimeoutMs,
+        maxActiveExecutions: null,
+        cluster: n,
+        shared,
+        ...(opts.cacheExecutions !== undefined ? { cacheExecutions: opts.cacheExecutions } : {}),
+        ...(opts.httpAllow ? { httpAllow: opts.httpAllow } : {}),
+      }),
     app: (rt) => createApp(rt, { token: null, maxBodyBytes: 1 << 20, ui: false }),
     onFatal: opts.onFatal ?? ((message) => {
       throw new Error(message);
