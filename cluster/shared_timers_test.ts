@@ -11,6 +11,8 @@ import { migratedDatabase } from "../tests/support/pg.ts";
 import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
+import type { Store } from "../lib/store/store.ts";
+import type { RemoteCommands } from "../lib/executions.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 
@@ -527,6 +529,107 @@ Deno.test({
       assertOnTime(events);
     } finally {
       await again?.n.stop();
+      await a.n.stop();
+    }
+  },
+});
+
+const WAIT_CHILD = {
+  ir: "orbit-ir/2",
+  name: "WaitChild",
+  version: "1.0.0",
+  signals: { go: {} },
+  steps: [{ id: "w", wait_signal: "go" }, { id: "r", return: "{% $steps.w %}" }],
+};
+
+const WAIT_PARENT = {
+  ir: "orbit-ir/2",
+  name: "WaitParent",
+  version: "1.0.0",
+  steps: [
+    { id: "c", child: { workflow: "WaitChild", execution_id: "{% $execution.id & '-child' %}" } },
+    { id: "r", return: "{% $steps.c %}" },
+  ],
+};
+
+Deno.test({
+  ...T,
+  name: "shared children: a node that lost a parent while it was starting its child does not " +
+    "cancel the child its new owner waits for",
+  fn: async () => {
+    const url = await migratedDatabase();
+    // Node A's read of the child's row (the first thing it does for a new child step) waits
+    // for the test: the tree moves to B meanwhile.
+    let open!: () => void;
+    const gate = new Promise<void>((r) => open = r);
+    let held = false;
+    let read!: () => void;
+    const answered = new Promise<void>((r) => read = r);
+    const hold = (store: Store): Store =>
+      new Proxy(store, {
+        get(target, key) {
+          const v = Reflect.get(target, key, target);
+          if (key !== "getExecution") return typeof v === "function" ? v.bind(target) : v;
+          return async (id: string) => {
+            if (id !== "wp-1-child" || held) return await target.getExecution(id);
+            held = true;
+            await gate;
+            const row = await target.getExecution(id);
+            setTimeout(read, 0); // once the caller has gone on with the row
+            return row;
+          };
+        },
+      });
+    const a = await startedNode(url, "node-a", { store: hold });
+    const b = await startedNode(url, "node-b");
+    let wedged: { release(): Promise<void> } | null = null;
+    try {
+      await deployAndStart(a, [WAIT_CHILD, WAIT_PARENT], {
+        workflow: "WaitParent",
+        execution_id: "wp-1",
+        input: null,
+      });
+      await waitFor(() => held, "A to look for the child", 10_000, 10);
+      wedged = await wedgeHeartbeat(url, "node-a");
+      await takenOver(url, b, "wp-1");
+      // B, the owner now, starts the child and records it.
+      await takenOver(url, b, "wp-1-child").catch(async () => {
+        await waitFor(() => b.n.runtime.executions.holds("wp-1-child"), "B's child", 10_000);
+      });
+      await waitFor(
+        async () => (await history(b, "wp-1")).some((e) => e.type === "ChildStarted"),
+        "the ChildStarted of B",
+        10_000,
+      );
+      // A's heartbeat goes through again: it finds it lost the parent and lets it go.
+      await wedged.release();
+      wedged = null;
+      await waitFor(() => !a.n.runtime.executions.holds("wp-1"), "A to drop the parent", 10_000);
+      // A's look for the child answers now; whatever A sends another node is awaited.
+      const ex = a.n.runtime.executions;
+      const remote = ex.remote!;
+      const sent: Promise<unknown>[] = [];
+      ex.remote = {
+        forward: (...args: Parameters<RemoteCommands["forward"]>) => {
+          const p = remote.forward(...args);
+          sent.push(p.catch(() => {}));
+          return p;
+        },
+        drainOwned: (id: string) => remote.drainOwned!(id),
+      };
+      open();
+      await answered;
+      await Promise.all(sent);
+      assert.equal(await statusOf(b, "wp-1-child"), "running");
+      assert.equal(sent.length, 0, "A sent a command for the tree it lost");
+      const sig = await b.call("POST", "/v1/executions/wp-1-child/signals/go", { payload: "ok" });
+      assert.equal(sig.status, 200, JSON.stringify(sig.body));
+      await waitFor(async () => (await statusOf(b, "wp-1")) === "completed", "parent", 20_000);
+      assert.equal((await b.call("GET", "/v1/executions/wp-1")).body.output, "ok");
+    } finally {
+      open();
+      await (wedged as { release(): Promise<void> } | null)?.release();
+      await b.n.stop();
       await a.n.stop();
     }
   },

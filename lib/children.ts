@@ -193,9 +193,13 @@ export class Children implements ExecutionObserver {
       if (row.status !== "running" && row.status !== "continued") {
         this.#deliver(parentId, row.execution_id, row);
       }
-      // The parent may have stopped waiting while the child started.
+      // The parent may have stopped waiting while the child started. In shared mode a parent
+      // memory no longer holds may have been taken over (the node lost its tree): its new
+      // owner decides about the child (a parent that ended here cancelled it when it closed).
       const now = this.executions.stateOf(parentId)?.steps[st.id];
-      if (!now || !isOpenStatus(now.status)) this.#cancel(row.execution_id, parentId);
+      if (now ? !isOpenStatus(now.status) : !this.executions.ownership) {
+        this.#cancel(row.execution_id, parentId);
+      }
     })().catch((e) => {
       log.engine.error("cannot start a child execution; retrying", {
         execution_id: parentId,

@@ -13,6 +13,7 @@
 import { SharedNode } from "../../cluster/shared.ts";
 import { Runtime } from "../../lib/runtime.ts";
 import { createApp } from "../../routes/app.ts";
+import type { Store } from "../../lib/store/store.ts";
 
 export function inProcessNode(
   url: string,
@@ -25,6 +26,8 @@ export function inProcessNode(
     cacheExecutions?: number;
     /** `--http-allow` (default: none). */
     httpAllow?: string[];
+    /** Wraps the store the runtime uses (a test that holds back one of its reads). */
+    store?: (store: Store) => Store;
     afterStatement?: (text: string) => void;
     /** What the server would exit with (default: thrown). */
     onFatal?: (message: string) => void;
@@ -37,7 +40,7 @@ export function inProcessNode(
     nodeTimeoutMs: opts.nodeTimeoutMs ?? 2000,
     sessionTimeoutMs,
     runtime: (store, shared) =>
-      new Runtime(store, {
+      new Runtime(opts.store ? opts.store(store) : store, {
         sessionTimeoutMs,
         maxActiveExecutions: null,
         cluster: n,
