@@ -634,3 +634,76 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  ...T,
+  name: "shared children: a parent cancelled on its own node while its child was starting " +
+    "leaves no child running",
+  fn: async () => {
+    const url = await migratedDatabase();
+    // Node A's read of the child's row waits for the test: the parent is cancelled meanwhile,
+    // before the child exists (the parent's cancel of it then finds nothing to cancel). The
+    // commit that creates the child is watched.
+    let open!: () => void;
+    const gate = new Promise<void>((r) => open = r);
+    let held = false;
+    let create: Promise<string> | null = null;
+    const hold = (store: Store): Store =>
+      new Proxy(store, {
+        get(target, key) {
+          const v = Reflect.get(target, key, target);
+          if (key === "commit") {
+            return (items: Parameters<Store["commit"]>[0]) => {
+              const p = target.commit(items);
+              if (items.some((i) => i.create && i.row.execution_id === "wp-2-child")) {
+                create = p.then(
+                  (r) =>
+                    r?.fenced?.has("wp-2-child") || r?.lost?.has("wp-2-child")
+                      ? "refused"
+                      : "committed",
+                  () => "refused",
+                );
+              }
+              return p;
+            };
+          }
+          if (key !== "getExecution") return typeof v === "function" ? v.bind(target) : v;
+          return async (id: string) => {
+            if (id !== "wp-2-child" || held) return await target.getExecution(id);
+            held = true;
+            await gate;
+            return await target.getExecution(id);
+          };
+        },
+      });
+    const a = await startedNode(url, "node-a", { store: hold });
+    try {
+      await deployAndStart(a, [WAIT_CHILD, WAIT_PARENT], {
+        workflow: "WaitParent",
+        execution_id: "wp-2",
+        input: null,
+      });
+      await waitFor(() => held, "A to look for the child", 10_000, 10);
+      const c = await a.call("POST", "/v1/executions/wp-2/cancel", { reason: "test" });
+      assert.equal(c.status, 200, JSON.stringify(c.body));
+      await waitFor(async () => (await statusOf(a, "wp-2")) === "cancelled", "parent", 10_000);
+      // A goes on: the child's create is refused (the parent's ownership row went with its
+      // close), or, should it commit, the child is cancelled. Either way none runs.
+      open();
+      await waitFor(() => create !== null, "the child's create", 10_000, 10);
+      if (await create! === "committed") {
+        await waitFor(
+          async () => (await statusOf(a, "wp-2-child")) === "cancelled",
+          "the child to be cancelled",
+          10_000,
+        );
+      } else {
+        const r = await a.call("GET", "/v1/executions/wp-2-child");
+        assert.equal(r.status, 404, JSON.stringify(r.body));
+      }
+    } finally {
+      open();
+      await a.n.stop();
+    }
+  },
+});

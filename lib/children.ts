@@ -193,13 +193,18 @@ export class Children implements ExecutionObserver {
       if (row.status !== "running" && row.status !== "continued") {
         this.#deliver(parentId, row.execution_id, row);
       }
-      // The parent may have stopped waiting while the child started. In shared mode a parent
-      // memory no longer holds may have been taken over (the node lost its tree): its new
-      // owner decides about the child (a parent that ended here cancelled it when it closed).
-      const now = this.executions.stateOf(parentId)?.steps[st.id];
-      if (now ? !isOpenStatus(now.status) : !this.executions.ownership) {
-        this.#cancel(row.execution_id, parentId);
+      // The parent may have stopped waiting while the child started (its cancel of the child
+      // then found nothing to cancel). A parent memory no longer holds has ended; in shared
+      // mode it may instead have been taken over (this node lost the tree), and then its new
+      // owner decides about the child: the parent's row tells which.
+      const held = this.executions.stateOf(parentId);
+      const step = held?.steps[st.id];
+      let waits = step !== undefined && isOpenStatus(step.status);
+      if (!held && this.executions.ownership) {
+        const p = await this.executions.store.getExecution(parentId);
+        waits = p !== null && (p.status === "running" || p.status === "continued");
       }
+      if (!waits) this.#cancel(row.execution_id, parentId);
     })().catch((e) => {
       log.engine.error("cannot start a child execution; retrying", {
         execution_id: parentId,
