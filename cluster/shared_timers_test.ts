@@ -707,3 +707,49 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  ...T,
+  name: "shared children: the check after a takeover leaves a child alone while its running " +
+    "parent is not in memory yet",
+  fn: async () => {
+    const url = await migratedDatabase();
+    const a = await startedNode(url, "node-a");
+    try {
+      await deployAndStart(a, [WAIT_CHILD, WAIT_PARENT], {
+        workflow: "WaitParent",
+        execution_id: "wp-3",
+        input: null,
+      });
+      await waitFor(
+        async () => (await history(a, "wp-3")).some((e) => e.type === "ChildStarted"),
+        "the child to start",
+        10_000,
+      );
+      const ex = a.n.runtime.executions;
+      // A tree taken over or back in parts (#reclaim loads the rest of a tree while its
+      // caller loads the parent): the child is held, the parent not yet.
+      ex.drop("wp-3");
+      const cancels: string[] = [];
+      const cancel = ex.cancel.bind(ex);
+      ex.cancel = (id, reason) => {
+        cancels.push(id);
+        return cancel(id, reason);
+      };
+      let reads = 0;
+      const get = ex.store.getExecution.bind(ex.store);
+      ex.store.getExecution = async (id) => {
+        const row = await get(id);
+        if (id === "wp-3") reads++;
+        return row;
+      };
+      a.n.runtime.children.afterRecovery(["wp-3-child"]);
+      await waitFor(() => reads > 0 || cancels.length > 0, "a decision about the child", 10_000, 5);
+      await new Promise((r) => setTimeout(r, 0)); // the decision after the read
+      assert.deepEqual(cancels, []);
+      assert.equal(await statusOf(a, "wp-3-child"), "running");
+    } finally {
+      await a.n.stop();
+    }
+  },
+});

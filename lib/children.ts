@@ -78,8 +78,26 @@ export class Children implements ExecutionObserver {
         Object.values(parent.steps).some((st) =>
           st.kind === "child" && isOpenStatus(st.status) && st.child?.execution_id === id
         );
-      if (!waits) this.#cancel(id, parentId);
+      if (waits) continue;
+      // Shared mode: a parent memory does not hold may be loading (a takeover loads a tree in
+      // parts) or run by another node: only its row tells that it ended.
+      if (!parent && this.executions.ownership) this.#cancelIfParentEnded(id, parentId);
+      else this.#cancel(id, parentId);
     }
+  }
+
+  #cancelIfParentEnded(childId: string, parentId: string): void {
+    this.executions.store.getExecution(parentId).then((p) => {
+      if (p && (p.status === "running" || p.status === "continued")) return;
+      this.#cancel(childId, parentId);
+    }, (e) => {
+      log.engine.warn("cannot read a child's parent; trying again", {
+        execution_id: childId,
+        parent_id: parentId,
+        error: (e as Error).message,
+      });
+      this.#later(() => this.#cancelIfParentEnded(childId, parentId));
+    });
   }
 
   #later(fn: () => void): void {
