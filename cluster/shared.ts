@@ -619,9 +619,27 @@ export class SharedNode implements ClusterView, RemoteCommands {
     from: string,
   ): Promise<{ executions: number; in_flight: number; loaded: number }> {
     if (rows.length === 0) return { executions: 0, in_flight: 0, loaded: 0 };
+    const ex = this.#rt!.executions;
+    // Held here at another epoch: this node lost it (another took it over while this one was
+    // silent) and takes it back before it noticed; that memory misses what the other wrote.
+    // Let it go: the load below rebuilds it from history.
+    let stale = 0;
+    for (const r of rows) {
+      const id = r.execution_id;
+      if (!ex.holds(id) || this.epochs.get(id) === Number(r.epoch)) continue;
+      const last = ex.stateOf(id);
+      ex.drop(id);
+      if (last) this.#workers?.dropped(last);
+      stale++;
+    }
+    if (stale > 0) {
+      log.shared.warn("shared: rebuilding executions taken back that memory held from before", {
+        node_id: this.opts.nodeId,
+        executions: stale,
+      });
+    }
     for (const r of rows) this.epochs.set(r.execution_id, Number(r.epoch));
     const ids = rows.map((r) => r.execution_id);
-    const ex = this.#rt!.executions;
     const wake = ex.caches
       ? new Map(
         (await this.#sql("hb")<

@@ -753,3 +753,62 @@ Deno.test({
     }
   },
 });
+
+const TWO_SIGNALS = {
+  ir: "orbit-ir/2",
+  name: "TwoSignals",
+  version: "1.0.0",
+  signals: { one: {}, two: {} },
+  steps: [
+    { id: "a", wait_signal: "one" },
+    { id: "b", wait_signal: "two" },
+    { id: "r", return: "{% [$steps.a, $steps.b] %}" },
+  ],
+};
+
+Deno.test({
+  ...T,
+  name: "shared takeover: a node that takes back an execution it still holds from before it " +
+    "lost it rebuilds it from history",
+  fn: async () => {
+    const url = await migratedDatabase();
+    const a = await startedNode(url, "node-a");
+    const b = await startedNode(url, "node-b");
+    const sql = postgresClient(url, { max: 1, applicationName: "orbit-test" });
+    try {
+      await deployAndStart(a, [TWO_SIGNALS], {
+        workflow: "TwoSignals",
+        execution_id: "ts-1",
+        input: null,
+      });
+      assert.ok(a.n.runtime.executions.holds("ts-1"));
+      // Node B takes the execution over (as after a silence of A's) while A, which has not
+      // noticed, keeps it in memory; the history moves on B.
+      await sql.unsafe(
+        "UPDATE orbit_owners SET node_id = 'node-b', epoch = epoch + 1, instance = $1 " +
+          "WHERE execution_id = 'ts-1'",
+        [b.n.instance],
+      );
+      const one = await b.call("POST", "/v1/executions/ts-1/signals/one", { payload: 1 });
+      assert.equal(one.status, 200, JSON.stringify(one.body));
+      const last = (await history(b, "ts-1")).at(-1)!.seq;
+      // B leaves; A takes its executions back, this one included.
+      await b.n.stop();
+      await waitFor(async () => (await ownerOf(url, "ts-1")) === "node-a", "A to take it back");
+      await waitFor(
+        () => a.n.runtime.executions.stateOf("ts-1")?.last_seq === last,
+        "A's memory to hold the history B wrote",
+        10_000,
+      );
+      const two = await a.call("POST", "/v1/executions/ts-1/signals/two", { payload: 2 });
+      assert.equal(two.status, 200, JSON.stringify(two.body));
+      const done = await a.call("GET", "/v1/executions/ts-1/wait?timeout_s=10");
+      assert.equal(done.body.status, "completed", JSON.stringify(done.body));
+      assert.deepEqual(done.body.output, [1, 2]);
+    } finally {
+      await sql.end({ timeout: 1 });
+      await b.n.stop();
+      await a.n.stop();
+    }
+  },
+});
