@@ -217,12 +217,9 @@ export class Children implements ExecutionObserver {
       // owner decides about the child: the parent's row tells which.
       const held = this.executions.stateOf(parentId);
       const step = held?.steps[st.id];
-      let waits = step !== undefined && isOpenStatus(step.status);
       if (!held && this.executions.ownership) {
-        const p = await this.executions.store.getExecution(parentId);
-        waits = p !== null && (p.status === "running" || p.status === "continued");
-      }
-      if (!waits) this.#cancel(row.execution_id, parentId);
+        this.#cancelIfParentEnded(row.execution_id, parentId);
+      } else if (!step || !isOpenStatus(step.status)) this.#cancel(row.execution_id, parentId);
     })().catch((e) => {
       log.engine.error("cannot start a child execution; retrying", {
         execution_id: parentId,
