@@ -14,6 +14,14 @@
  *   token, step, attempt and idempotency key; every logged attempt was dispatched in the
  *   history with the same key, and a redelivery says `redelivery: true` (and only then);
  * - every schedule occurrence between the first and the pause started once, none skipped;
+ * - a `note` signal answered 200 is in the history, and none is recorded twice unless one of
+ *   its tries went unanswered or answered 500 (`signal-once`);
+ * - a timer fires only once it is due and at most once: every `TimerFired` follows a
+ *   `TimerStarted` of its id in the same run that neither fired nor was dropped with its
+ *   step's cancel, and its `time_ms` is not before that start's `fire_at_ms` (`timer-fire`);
+ * - a `GET …/wait` answered with a terminal status agrees with the history: the run it names
+ *   ends with that status's terminal event, with the same output (completed) or error code
+ *   (`wait-answer`);
  * - standby: no two servers announced leadership in the same term;
  * - shared: no two nodes appended for one execution at the same epoch, and along a run's seqs
  *   the epoch never goes back (read from the servers' `shared: appended` debug lines, written
@@ -22,6 +30,7 @@
  * A violation names its rule and execution; `formatViolation` prints the execution's events
  * and the faults around the first offending event.
  */
+import { isDeepStrictEqual } from "node:util";
 import type { Event, Snapshot } from "./history_db.ts";
 
 export interface Attempt {
@@ -46,6 +55,21 @@ export interface StartRecord {
   declaredWait: boolean;
   /** Signals the driver sent with a distinct payload `{i}`, and what each try was answered. */
   signals?: SignalRecord[];
+  /** The `GET …/wait` answer that ended the driver's wait (absent: none said it ended). */
+  waited?: WaitAnswer;
+}
+
+/** What a `GET /v1/executions/{id}/wait` answered 200 with a status other than running. */
+export interface WaitAnswer {
+  status: string;
+  /** The run the answer names (absent: the answer had none; the execution's current run). */
+  run_id?: string;
+  /** The answer's `output` (absent: the answer had no such field). */
+  output?: unknown;
+  /** The answer's `error.code`, when it had one. */
+  error_code?: string;
+  /** When the driver got the answer (ms). */
+  at_ms: number;
 }
 
 /**
@@ -143,9 +167,21 @@ export interface CheckResult {
   occurrences: number;
   /** Shared mode: appends the servers logged and the checker read (null: none captured). */
   appends: number | null;
+  /** `TimerFired` events checked against their `TimerStarted` (`timer-fire`). */
+  timersFired: number;
+  /** Wait answers with a terminal status checked against the history (`wait-answer`). */
+  waitsChecked: number;
 }
 
 const TERMINAL_STATUS = new Set(["completed", "failed", "cancelled", "timed_out"]);
+/** The terminal event each terminal status of an execution is closed by. */
+const TERMINAL_EVENT_OF: Record<string, string> = {
+  completed: "WorkflowCompleted",
+  failed: "WorkflowFailed",
+  cancelled: "WorkflowCancelled",
+  timed_out: "WorkflowTimedOut",
+  continued: "WorkflowContinuedAsNew",
+};
 const TERMINAL_EVENT = new Set([
   "WorkflowCompleted",
   "WorkflowFailed",
@@ -194,6 +230,7 @@ export function check(input: CheckInput): CheckResult {
     }
   >();
   let eventCount = 0;
+  let timersFired = 0;
 
   for (const ex of snapshot.executions) {
     const events = snapshot.events.get(ex.execution_id) ?? [];
@@ -218,6 +255,8 @@ export function check(input: CheckInput): CheckResult {
     }
     for (const [runId, run] of runs) {
       checkRun(ex.execution_id, runId, run, add, dispatched);
+      // 13. Timers fire once, and not before they are due.
+      timersFired += checkTimers(ex.execution_id, runId, run, add);
     }
   }
 
@@ -438,6 +477,64 @@ export function check(input: CheckInput): CheckResult {
     }
   }
 
+  // 14. A wait answered with a terminal status agrees with the history's end of that run.
+  let waitsChecked = 0;
+  for (const s of input.starts) {
+    const w = s.waited;
+    if (!w || !(w.status in TERMINAL_EVENT_OF)) continue;
+    waitsChecked++;
+    const ex = execById.get(s.id);
+    const answered = `the wait answered ${w.status}${w.run_id ? ` for run ${w.run_id}` : ""} at ${
+      new Date(w.at_ms).toISOString()
+    }`;
+    if (!ex) {
+      add("wait-answer", s.id, `${answered}, but there is no such execution`, w.at_ms);
+      continue;
+    }
+    const runId = w.run_id ?? ex.run_id;
+    const run = (snapshot.events.get(s.id) ?? []).filter((e) => e.run_id === runId);
+    const end = run.findLast((e) => TERMINAL_EVENT.has(e.type));
+    const want = TERMINAL_EVENT_OF[w.status]!;
+    if (!end) {
+      add(
+        "wait-answer",
+        s.id,
+        `${answered}, but run ${runId} has no terminal event (${run.length} events, last ${
+          run.at(-1)?.type ?? "none"
+        }; the execution reads ${ex.status})`,
+        w.at_ms,
+      );
+      continue;
+    }
+    if (end.type !== want) {
+      add(
+        "wait-answer",
+        s.id,
+        `${answered}, but run ${runId} ended with ${end.type} seq ${end.seq}`,
+        end.time_ms,
+      );
+      continue;
+    }
+    if (w.status === "completed" && "output" in w && !isDeepStrictEqual(w.output, end.output)) {
+      add(
+        "wait-answer",
+        s.id,
+        `${answered} with output ${JSON.stringify(w.output)}, but ${end.type} seq ${end.seq} ` +
+          `recorded ${JSON.stringify(end.output)}`,
+        end.time_ms,
+      );
+    }
+    const code = end.error?.code;
+    if (w.error_code !== undefined && typeof code === "string" && w.error_code !== code) {
+      add(
+        "wait-answer",
+        s.id,
+        `${answered} with error ${w.error_code}, but ${end.type} seq ${end.seq} recorded ${code}`,
+        end.time_ms,
+      );
+    }
+  }
+
   return {
     violations: v,
     executions: snapshot.executions.length,
@@ -448,6 +545,8 @@ export function check(input: CheckInput): CheckResult {
     unrecordedClaims,
     occurrences,
     appends: input.mode === "shared" && input.appends ? input.appends.length : null,
+    timersFired,
+    waitsChecked,
   };
 }
 
@@ -525,6 +624,81 @@ function checkAppends(
       );
     }
   }
+}
+
+/**
+ * 13. `timer-fire`: the engine emits `TimerFired` only for a timer its state holds (started,
+ * not fired, not dropped by its step's `StepCancelled`) and only when `fire_at_ms <= now`, and
+ * stamps the event's `time_ms` with that same `now` (lib/engine/decide.ts `timer`,
+ * lib/engine/builder.ts). So `time_ms >= fire_at_ms` holds exactly, with no tolerance: even when
+ * the timer was started on another server (a takeover, a restart) whose clock differs, the
+ * comparison and the stamp both use the firing server's clock. Returns the TimerFired count.
+ */
+function checkTimers(
+  id: string,
+  runId: string,
+  run: Event[],
+  add: (rule: string, execution: string | null, message: string, at?: number | null) => void,
+): number {
+  /** Started and not yet fired or dropped: timer id → its TimerStarted. */
+  const pending = new Map<string, Event>();
+  /** Fired or dropped: timer id → the event that closed it. */
+  const closed = new Map<string, Event>();
+  let fired = 0;
+  for (const e of run) {
+    if (e.type === "TimerStarted") {
+      pending.set(e.timer_id, e);
+      closed.delete(e.timer_id);
+    } else if (e.type === "StepCancelled") {
+      for (const [tid, t] of pending) {
+        if (t.step === e.step) {
+          pending.delete(tid);
+          closed.set(tid, e);
+        }
+      }
+    } else if (e.type === "TimerFired") {
+      fired++;
+      const where = `run ${runId} seq ${e.seq} TimerFired ${e.timer_id}`;
+      const t = pending.get(e.timer_id);
+      if (!t) {
+        const c = closed.get(e.timer_id);
+        add(
+          "timer-fire",
+          id,
+          c
+            ? `${where}: the timer was already ${
+              c.type === "TimerFired" ? "fired" : "dropped"
+            } at seq ${c.seq} (${c.type})`
+            : `${where}: no TimerStarted of that id before it in the run`,
+          e.time_ms,
+        );
+        continue;
+      }
+      if (e.time_ms < t.fire_at_ms) {
+        add(
+          "timer-fire",
+          id,
+          `${where} at ${new Date(e.time_ms).toISOString()}, ${
+            t.fire_at_ms - e.time_ms
+          } ms before the fire_at_ms ${
+            new Date(t.fire_at_ms).toISOString()
+          } its TimerStarted seq ${t.seq} recorded`,
+          e.time_ms,
+        );
+      }
+      if (e.step !== undefined && t.step !== undefined && e.step !== t.step) {
+        add(
+          "timer-fire",
+          id,
+          `${where}: names step ${e.step}, its TimerStarted seq ${t.seq} step ${t.step}`,
+          e.time_ms,
+        );
+      }
+      pending.delete(e.timer_id);
+      closed.set(e.timer_id, e);
+    }
+  }
+  return fired;
 }
 
 /** True when the run's last event leaves a `wait_signal` step open. */

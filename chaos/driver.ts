@@ -205,8 +205,12 @@ export class Driver {
     return rec.answered;
   }
 
-  /** Waits (long polls) until the execution is no longer running, or the deadline. */
-  async #waitDone(id: string): Promise<string | null> {
+  /**
+   * Waits (long polls) until the execution is no longer running, or the deadline. The answer
+   * that ends the wait is kept in `rec.waited` (no request more): the checker compares it with
+   * the history's terminal event of that run (`wait-answer`).
+   */
+  async #waitDone(id: string, rec: StartRecord): Promise<string | null> {
     while (Date.now() < this.#deadline) {
       const r = await call(
         this.base(),
@@ -215,7 +219,17 @@ export class Driver {
         undefined,
         15_000,
       );
-      if (r.status === 200 && r.body?.status !== "running") return r.body.status;
+      if (r.status === 200 && r.body?.status !== "running") {
+        const b = r.body;
+        rec.waited = {
+          status: String(b?.status),
+          at_ms: Date.now(),
+          ...(typeof b?.run_id === "string" ? { run_id: b.run_id } : {}),
+          ...(b && "output" in b ? { output: b.output ?? null } : {}),
+          ...(typeof b?.error?.code === "string" ? { error_code: b.error.code } : {}),
+        };
+        return b.status;
+      }
       if (r.status === 404) return null;
       if (r.status === 0 || r.status >= 500) await new Promise((res) => setTimeout(res, 200));
     }
@@ -245,7 +259,7 @@ export class Driver {
           items: [{ sku: "sku-1", qty: 1 + (n % 3), price: 9.5 }],
         };
         if (!await this.#startExecution("OrderProcessing", id, input, rec)) continue;
-        if (await this.#waitDone(id)) {
+        if (await this.#waitDone(id, rec)) {
           this.stats.ordersDone++;
           this.#lastProgress = Date.now();
         }
@@ -300,7 +314,7 @@ export class Driver {
         if (r.status === 200 || r.status === 201) this.stats.signals++;
         else if (r.status !== 409) this.#undelivered(rec); // 409: it already finished
       }
-      await this.#waitDone(id);
+      await this.#waitDone(id, rec);
     }
   }
 }

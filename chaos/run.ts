@@ -347,7 +347,9 @@ export function summary(r: ChaosReport): string {
       r.mode === "shared" || r.role === "shared"
         ? ` unrecorded claims=${r.check.unrecordedClaims}`
         : ""
-    }${r.check.appends !== null ? ` appends logged=${r.check.appends}` : ""}`,
+    }${
+      r.check.appends !== null ? ` appends logged=${r.check.appends}` : ""
+    } timers fired=${r.check.timersFired} wait answers checked=${r.check.waitsChecked}`,
     `  faults=${r.faultCount} (${
       faults || "none"
     }); slowest recovery ${r.slowestRecoveryMs} ms; longest stall of orders ${r.driver.longestStallMs} ms${

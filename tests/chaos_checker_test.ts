@@ -291,3 +291,116 @@ Deno.test("chaos checker: a signal recorded twice after answers that said nothin
   // Refused (the execution had finished): nothing to find.
   assert.deepEqual(rules(input(events, start([{ signal: "note", key: 2, statuses: [409] }]))), []);
 });
+
+Deno.test("chaos checker: a timer fired before its fire_at_ms, twice, unstarted or after its step's cancel is named", () => {
+  /** A sleep step `nap` whose timer is due at 5 000 ms, fired at `firedAt`. */
+  const slept = (firedAt: number, extra: Omit<Event, "seq">[] = []) => [
+    ev("WorkflowCreated"),
+    ev("StepStarted", { step: "nap", attempt: 1, kind: "sleep" }),
+    ev("TimerStarted", {
+      timer_id: "sleep:nap",
+      fire_at_ms: 5_000,
+      purpose: "sleep",
+      step: "nap",
+      attempt: 1,
+    }),
+    ev("TimerFired", { timer_id: "sleep:nap", step: "nap", time_ms: firedAt }),
+    ...extra,
+    ev("StepSucceeded", { step: "nap", attempt: 1, time_ms: firedAt }),
+    ev("WorkflowCompleted", { time_ms: firedAt }),
+  ];
+  // Due at 5 000: firing at 5 000 or later passes, and is counted.
+  const ok = check(input(slept(5_000)));
+  assert.deepEqual(ok.violations, []);
+  assert.equal(ok.timersFired, 1);
+  assert.deepEqual(rules(input(slept(7_500))), []);
+  // One millisecond early is named, with how early.
+  const early = check(input(slept(4_999))).violations;
+  assert.deepEqual(early.map((x) => x.rule), ["timer-fire"]);
+  assert.match(early[0]!.message, /TimerFired sleep:nap .* 1 ms before the fire_at_ms/);
+  // Fired twice.
+  const twice = check(
+    input(slept(6_000, [ev("TimerFired", { timer_id: "sleep:nap", time_ms: 6_000 })])),
+  );
+  assert.deepEqual(twice.violations.map((x) => x.rule), ["timer-fire"]);
+  assert.match(twice.violations[0]!.message, /already fired at seq 4/);
+  // Fired with no TimerStarted of its id.
+  assert.deepEqual(
+    rules(input([
+      ev("WorkflowCreated"),
+      ev("TimerFired", { timer_id: "retry:a:1", step: "a", time_ms: 9_000 }),
+      ev("WorkflowCompleted", { time_ms: 9_000 }),
+    ])),
+    ["timer-fire"],
+  );
+  // A wait_signal's timeout timer dropped by its step's cancel must not fire afterwards.
+  const dropped = [
+    ev("WorkflowCreated"),
+    ev("StepStarted", { step: "w", attempt: 1, kind: "wait_signal", timeout_ms: 1_000 }),
+    ev("TimerStarted", {
+      timer_id: "timeout:w",
+      fire_at_ms: 2_000,
+      purpose: "timeout",
+      step: "w",
+      attempt: 1,
+    }),
+    ev("WorkflowCancelRequested", { reason: "x" }),
+    ev("StepCancelled", { step: "w", attempt: 1, reason: "x" }),
+    ev("TimerFired", { timer_id: "timeout:w", step: "w", time_ms: 3_000 }),
+    ev("WorkflowCancelled", { reason: "x", time_ms: 3_000 }),
+  ];
+  const d = check(input(dropped, { status: "cancelled" })).violations;
+  assert.deepEqual(d.map((x) => x.rule), ["timer-fire"]);
+  assert.match(d[0]!.message, /already dropped at seq 5 \(StepCancelled\)/);
+  // Without the stray TimerFired the same history passes.
+  assert.deepEqual(rules(input(dropped.filter((_, i) => i !== 5), { status: "cancelled" })), []);
+});
+
+Deno.test("chaos checker: a wait answered with a terminal status the history's run does not end with is named", () => {
+  const output = { order_id: ID, charge_id: "ch-1", tracking: "trk", points: 9 };
+  const events = clean().map((e) => e.type === "WorkflowCompleted" ? { ...e, output } : e);
+  const waited = (w: Record<string, unknown>, status = "completed", evs = events) =>
+    input(evs, {
+      status,
+      starts: [{
+        id: ID,
+        kind: "order",
+        answered: true,
+        declaredWait: false,
+        waited: { at_ms: 1_000, run_id: RUN, ...w } as StartRecord["waited"],
+      }],
+    });
+  // The same status and output (keys in another order, as jsonb reads them) pass, and count.
+  const ok = check(waited({
+    status: "completed",
+    output: { points: 9, tracking: "trk", charge_id: "ch-1", order_id: ID },
+  }));
+  assert.deepEqual(ok.violations, []);
+  assert.equal(ok.waitsChecked, 1);
+  // No output recorded: only the status is compared. A running answer is not judged.
+  assert.deepEqual(rules(waited({ status: "completed" })), []);
+  assert.deepEqual(rules(waited({ status: "running" })), []);
+  // Another output, another status, or a run without its terminal event are named.
+  const other = check(waited({ status: "completed", output: { ...output, points: 10 } }));
+  assert.deepEqual(other.violations.map((x) => x.rule), ["wait-answer"]);
+  assert.match(other.violations[0]!.message, /with output .* recorded/);
+  const status = check(waited({ status: "cancelled" })).violations;
+  assert.deepEqual(status.map((x) => x.rule), ["wait-answer"]);
+  assert.match(status[0]!.message, /ended with WorkflowCompleted seq 8/);
+  const open = check(waited({ status: "completed" }, "running", events.slice(0, -1))).violations;
+  // The execution is also not terminal (rule 1); the wait's answer is named on its own.
+  assert.deepEqual(open.map((x) => x.rule).sort(), ["terminal", "wait-answer"]);
+  assert.match(open[1]!.message, /has no terminal event/);
+  // A failed run's error code must be the one the answer gave.
+  const failed = [
+    ...clean().slice(0, -1),
+    ev("WorkflowFailed", { error: { code: "CARD_DECLINED", message: "x" } }),
+  ];
+  assert.deepEqual(
+    rules(waited({ status: "failed", error_code: "CARD_DECLINED" }, "failed", failed)),
+    [],
+  );
+  assert.deepEqual(rules(waited({ status: "failed", error_code: "TIMEOUT" }, "failed", failed)), [
+    "wait-answer",
+  ]);
+});
