@@ -1,7 +1,7 @@
 /**
  * The chaos workload: clients that start OrderProcessing orders (with execution ids, so a start
  * repeated through a crash is a no-op) and wait for each; a client that starts `ChaosFlow`
- * executions (orbit-ir/2: a task, a signal wait, a task, compensations) and sends them `note`
+ * executions (orbit-ir/2: a task, a signal wait, a one-second sleep, a task, compensations) and sends them `note`
  * signals (whose handler runs a task), then `go`, a cancel, or nothing (a declared wait); and a
  * schedule firing `ChaosTick` every 2 s. Every request has a deadline and every loop a bound.
  */
@@ -16,7 +16,7 @@ export const ORDER_WORKFLOW = JSON.parse(
 export const FLOW_WORKFLOW = {
   ir: "orbit-ir/2",
   name: "ChaosFlow",
-  version: "1.0.0",
+  version: "1.1.0",
   signals: { go: {}, note: {} },
   handlers: {
     note: [{
@@ -39,6 +39,9 @@ export const FLOW_WORKFLOW = {
       },
     },
     { id: "wait", wait_signal: "go", timeout_s: 86400 },
+    // A short timer, so that timers start, fire, are cancelled and move with their executions
+    // under the faults (checker rule timer-fire).
+    { id: "nap", sleep_s: 1 },
     {
       id: "charge",
       task: "payments.charge",
