@@ -9,15 +9,9 @@
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
-import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, startedNode, takeOverFrom } from "../tests/support/in_process_node.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
-import { READ_INBOX, TAKE_OVER } from "../sql/postgres/shared.ts";
-
-/** The process on a node's row (TAKE_OVER records it on the rows it takes). */
-async function instanceOf(sql: ReturnType<typeof postgresClient>, node: string): Promise<string> {
-  const [r] = await sql.unsafe("SELECT instance FROM orbit_nodes WHERE node_id = $1", [node]);
-  return String(r!.instance);
-}
+import { READ_INBOX } from "../sql/postgres/shared.ts";
 
 Deno.test({
   name: "shared: a node holding an execution it lost hands a result for the new owner's token " +
@@ -37,14 +31,7 @@ Deno.test({
       });
       // Node B takes the tree over as it would from a silent node; node A's heartbeats go on,
       // so nothing makes it look at its ownership again: its memory still holds so-1.
-      const took = await sql.unsafe(TAKE_OVER, [
-        "node-b",
-        ["so-1"],
-        "node-a",
-        Date.now(),
-        await instanceOf(sql, "node-b"),
-      ]);
-      assert.equal(took.length, 1);
+      assert.equal(await takeOverFrom(sql, "node-a", b, ["so-1"]), 1);
       // A worker polling B takes the queued validate: B loads so-1 and records the dispatch.
       const reg = await b.call("POST", "/v1/workers/register", {
         worker_id: "w-1",
@@ -108,14 +95,7 @@ Deno.test({
         input: orderInput("so-2"),
       });
       // Node A now owns so-2 but has not loaded it.
-      const took = await sql.unsafe(TAKE_OVER, [
-        "node-a",
-        ["so-2"],
-        "node-b",
-        Date.now(),
-        await instanceOf(sql, "node-a"),
-      ]);
-      assert.equal(took.length, 1);
+      assert.equal(await takeOverFrom(sql, "node-b", a, ["so-2"]), 1);
       // A worker polling B claims the queued validate: owned by A, B writes A's `dispatched`.
       const reg = await b.call("POST", "/v1/workers/register", {
         worker_id: "w-1",

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";
-import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, startedNode, takeOverFrom } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import type { Store } from "../lib/store/store.ts";
@@ -784,11 +784,7 @@ Deno.test({
       assert.ok(a.n.runtime.executions.holds("ts-1"));
       // Node B takes the execution over (as after a silence of A's) while A, which has not
       // noticed, keeps it in memory; the history moves on B.
-      await sql.unsafe(
-        "UPDATE orbit_owners SET node_id = 'node-b', epoch = epoch + 1, instance = $1 " +
-          "WHERE execution_id = 'ts-1'",
-        [b.n.instance],
-      );
+      assert.equal(await takeOverFrom(sql, "node-a", b, ["ts-1"]), 1);
       const one = await b.call("POST", "/v1/executions/ts-1/signals/one", { payload: 1 });
       assert.equal(one.status, 200, JSON.stringify(one.body));
       const last = (await history(b, "ts-1")).at(-1)!.seq;

@@ -7,10 +7,9 @@
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";
 import { WAITER_WORKFLOW } from "../tests/support/orders.ts";
-import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
+import { deployAndStart, startedNode, takeOverFrom } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
-import { TAKE_OVER } from "../sql/postgres/shared.ts";
 
 Deno.test({
   name: "shared: a wait on a node that lets the execution go answers when the new owner ends it",
@@ -31,15 +30,7 @@ Deno.test({
       const t0 = performance.now();
       const waiting = a.call("GET", "/v1/executions/wl-1/wait?timeout_s=30");
       // Node B takes wl-1 over, as from a node that was silent past the node timeout.
-      const [inst] = await sql.unsafe("SELECT instance FROM orbit_nodes WHERE node_id = 'node-b'");
-      const took = await sql.unsafe(TAKE_OVER, [
-        "node-b",
-        ["wl-1"],
-        "node-a",
-        Date.now(),
-        String(inst!.instance),
-      ]);
-      assert.equal(took.length, 1);
+      assert.equal(await takeOverFrom(sql, "node-a", b, ["wl-1"]), 1);
       // Node A's next append is fenced: it lets wl-1 go.
       const fenced = await a.call("POST", "/v1/executions/wl-1/signals/go", { payload: 0 });
       assert.equal(fenced.status, 500, JSON.stringify(fenced.body));

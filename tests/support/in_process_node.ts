@@ -14,6 +14,8 @@ import { SharedNode } from "../../cluster/shared.ts";
 import { Runtime } from "../../lib/runtime.ts";
 import { createApp } from "../../routes/app.ts";
 import type { Store } from "../../lib/store/store.ts";
+import type postgres from "postgres";
+import { TAKE_OVER } from "../../sql/postgres/shared.ts";
 
 export function inProcessNode(
   url: string,
@@ -96,4 +98,25 @@ export async function deployAndStart(
   }
   const r = await node.call("POST", "/v1/executions", start);
   if (r.status !== 201) throw new Error(`start answered ${r.status}: ${JSON.stringify(r.body)}`);
+}
+
+/**
+ * Node `to` takes the trees of `roots` from node `from` with the takeover's own statement
+ * (TAKE_OVER), as after a silence of `from`, without `from` noticing: its heartbeats go on.
+ * Answers how many executions moved.
+ */
+export async function takeOverFrom(
+  sql: postgres.Sql,
+  from: string,
+  to: { n: SharedNode },
+  roots: string[],
+): Promise<number> {
+  const took = await sql.unsafe(TAKE_OVER, [
+    to.n.opts.nodeId,
+    roots,
+    from,
+    Date.now(),
+    to.n.instance,
+  ]);
+  return took.length;
 }
