@@ -205,6 +205,17 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /** Another process joined under this node id (#heartbeat): this one serves no writes. */
   #replaced = false;
   #lastBeat = 0;
+  /**
+   * When the latest heartbeat that was written had been sent: until a node timeout after it,
+   * no other node can have judged this one dead (liveness is the database's clock at the write,
+   * which is later) and taken its executions over (memoryCurrent).
+   */
+  #beatSent = 0;
+  /**
+   * A silence (heartbeats not written, or a gap past the node timeout) whose ownership check
+   * (#reconcile) has not completed: memory may hold executions taken over meanwhile.
+   */
+  #unchecked = false;
   #beatFailed = false;
   #ticking = false;
   /** Takeover batches whose statement or adoption failed here (#recoverTakeovers). */
@@ -251,6 +262,16 @@ export class SharedNode implements ClusterView, RemoteCommands {
   serving(): boolean {
     return this.#joined && this.#resumed && !this.#stopped &&
       this.now() - this.#lastBeat < this.opts.nodeTimeoutMs;
+  }
+  /**
+   * Whether what memory holds is still this node's, so that it may answer reads (queries,
+   * `/pending`): the latest heartbeat written was sent less than a node timeout ago, and no
+   * ownership check after a silence is pending. Otherwise reads replay the history: another
+   * node may have taken the executions over and moved them on.
+   */
+  memoryCurrent(): boolean {
+    return !this.#stopped && !this.#unchecked &&
+      this.now() - this.#beatSent < this.opts.nodeTimeoutMs;
   }
   get runtime(): Runtime {
     return this.#rt!;
@@ -453,6 +474,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       recover: () => this.#resume(),
     });
     rt.executions.remote = this;
+    rt.executions.memoryCurrent = () => this.memoryCurrent();
     this.#rt = rt;
     this.#app = this.opts.app(rt);
     const listen = this.#listen;
@@ -557,7 +579,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
   /** Joins under the node id, resumes what it owns, and serves (after the listener is bound). */
   async start(advertiseAddr: string | null): Promise<void> {
     this.#advertise = advertiseAddr;
-    await this.#join();
+    this.#beatSent = await this.#join();
     this.#joined = true;
     this.#lastBeat = this.now();
     this.#healthySince = this.now();
@@ -573,17 +595,19 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.drain();
   }
 
-  async #join(): Promise<void> {
+  /** Answers when the statement that joined was sent (its heartbeat's lower bound). */
+  async #join(): Promise<number> {
     const deadline = this.now() + 3 * this.opts.nodeTimeoutMs;
     let warned = false;
     for (;;) {
+      const sent = this.now();
       const rows = await this.#sql("hb")(q.NODE_JOIN, [
         this.opts.nodeId,
         this.#advertise,
         this.instance,
         this.opts.nodeTimeoutMs,
       ]);
-      if (rows.length === 1) return;
+      if (rows.length === 1) return sent;
       if (this.now() >= deadline) {
         throw new Error(
           `node id \`${this.opts.nodeId}\` is in use: another running server heartbeats under ` +
@@ -737,6 +761,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
 
   async #heartbeat(): Promise<void> {
     let rows: unknown[];
+    const sent = this.now();
     try {
       rows = await this.#sql("hb")<{ others: string | number }>(q.NODE_HEARTBEAT, [
         this.opts.nodeId,
@@ -770,12 +795,24 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#lastBeat = this.now();
     if (this.#beatFailed || gap > this.opts.nodeTimeoutMs) {
       this.#beatFailed = false;
+      this.#unchecked = true;
       this.#healthySince = this.now();
       log.shared.info("shared: heartbeat written again; checking ownership", {
         node_id: this.opts.nodeId,
         silent_ms: gap,
       });
+    }
+    this.#beatSent = sent;
+    if (!this.#unchecked) return;
+    try {
       await this.#reconcile();
+      this.#unchecked = false;
+    } catch (e) {
+      // Memory stays unchecked (reads replay the history); the next heartbeat checks again.
+      log.shared.warn("shared: cannot check ownership after a silence; retrying", {
+        node_id: this.opts.nodeId,
+        error: (e as Error).message,
+      });
     }
   }
 

@@ -348,6 +348,20 @@ export class Executions {
     return this.#active.get(id)?.state;
   }
 
+  /**
+   * Whether memory may answer reads of what it holds: always on one server; in shared mode
+   * only while no other node can have taken this node's executions over (SharedNode).
+   */
+  memoryCurrent: () => boolean = () => true;
+
+  /**
+   * The state held here, for a read that answers a client (a query, `/pending`); undefined
+   * when memory may be stale (memoryCurrent): the read replays the history instead.
+   */
+  currentStateOf(id: string): ExecutionState | undefined {
+    return this.memoryCurrent() ? this.#active.get(id)?.state : undefined;
+  }
+
   /** Whether the execution is held in memory here. */
   holds(id: string): boolean {
     return this.#active.has(id);

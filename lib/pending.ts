@@ -130,7 +130,7 @@ export class Pending implements ExecutionObserver {
   async of(id: string): Promise<PendingAnswer> {
     const rt = this.rt;
     const now = rt.clock.now();
-    const live = rt.executions.stateOf(id);
+    const live = rt.executions.currentStateOf(id);
     let state: ExecutionState;
     let events: HistoryEvent[];
     if (live) {
@@ -419,7 +419,7 @@ export class Pending implements ExecutionObserver {
       timeout_at_ms: timerOf(s, st.id, "timeout"),
     };
     if (st.child_run_id !== undefined) {
-      const held = this.rt.executions.stateOf(spec.execution_id);
+      const held = this.rt.executions.currentStateOf(spec.execution_id);
       const status = held ? held.status : (await this.rt.store.getExecution(spec.execution_id))
         ?.status ?? null;
       return {

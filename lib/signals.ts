@@ -111,7 +111,7 @@ export async function runQuery(
       `workflow ${row.workflow} ${row.version} declares no query "${name.slice(0, 200)}"`,
     );
   }
-  const active = ex.stateOf(id);
+  const active = ex.currentStateOf(id);
   const state: ExecutionState = active && active.run_id === row.run_id
     ? active
     : replay(await readRun(ex.store, row.run_id));
