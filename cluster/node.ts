@@ -97,6 +97,9 @@ export class StandbyNode implements ClusterView {
     const started = performance.now();
     const store = await this.opts.openStore(term);
     const rt = this.opts.runtime(store, false);
+    // Past its lease a leader may have been replaced (it was paused, or lost its session) and
+    // not know yet: its memory answers no query or /pending then; they replay the history.
+    rt.executions.memoryCurrent = () => this.#elector?.serving() ?? false;
     try {
       await rt.start();
     } catch (e) {
