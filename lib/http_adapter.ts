@@ -223,7 +223,20 @@ export class HttpAdapter implements ExecutionObserver {
         },
       };
     }
-    const headers = new Headers(req.headers);
+    let headers: Headers;
+    try {
+      headers = new Headers(req.headers);
+    } catch (e) {
+      // A header value HTTP cannot carry (the engine refuses them when it schedules the step;
+      // a history written before it did may hold one): the call cannot be made.
+      return {
+        error: {
+          code: "HTTP_INVALID_REQUEST",
+          message: `${req.method} ${req.url}: ${(e as Error).message}`,
+          retryable: false,
+        },
+      };
+    }
     headers.set("idempotency-key", idempotencyKey);
     let body: string | undefined;
     if (req.body !== undefined && req.method !== "GET" && req.method !== "HEAD") {

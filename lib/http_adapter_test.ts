@@ -167,3 +167,19 @@ test("a cancel lands while a result is being committed again, and the result is 
     assert.ok(!seen.includes("StepSucceeded"), seen.join());
     assert.equal(calls.length, 1);
   }));
+
+test("a request whose header value HTTP cannot carry is a failed attempt, not a call that throws", () =>
+  withRuntime(() => Response.json({ ok: 1 }), async ({ rt, calls }, url) => {
+    // A history written before the engine refused such values may hold one (review: the
+    // adapter threw before its call, and the step stayed dispatched for ever).
+    const out = await rt.http.call(
+      { method: "GET", url, headers: { "x-note": "a\r\nx-injected: 1" } },
+      "run-1:h",
+      1000,
+      new AbortController().signal,
+    );
+    assert.ok("error" in out, JSON.stringify(out));
+    assert.equal(out.error.code, "HTTP_INVALID_REQUEST");
+    assert.equal(out.error.retryable, false);
+    assert.equal(calls.length, 0);
+  }));

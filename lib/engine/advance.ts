@@ -173,6 +173,9 @@ function timeoutTimer(b: Builder, id: string, timeoutS: number | undefined) {
 }
 
 /** Schedules a task or http step (a failed evaluation is a failed first attempt). */
+// deno-lint-ignore no-control-regex
+const BAD_HEADER_VALUE = /[\r\n\0]|[^\u0000-\u00ff]/;
+
 function schedule(
   b: Builder,
   d: TaskStep | HttpStep,
@@ -259,6 +262,17 @@ async function start(b: Builder, d: Step, frame: string, sid: string): Promise<v
         [k, v],
       ) => [k, typeof v === "string" ? v : JSON.stringify(v)]),
     );
+    // What a header value cannot carry (Fetch: no CR, LF or NUL; bytes only): refused here, as
+    // the call could never be made.
+    const bad = Object.keys(headers).find((k) => BAD_HEADER_VALUE.test(headers[k]!));
+    if (bad !== undefined) {
+      return schedule(b, d, sid, frame, null, {
+        code: "EXPRESSION_ERROR",
+        message: `step "${sid}" http: header "${bad}" must evaluate to a value without line ` +
+          "breaks, NUL or characters beyond U+00FF",
+        retryable: false,
+      });
+    }
     const hasBody = d.http.body !== undefined;
     return schedule(b, d, sid, frame, {
       method: d.http.method ?? (hasBody ? "POST" : "GET"),

@@ -387,3 +387,26 @@ Deno.test("decide() leaves the event shapes of orbit-ir/1 runs as they were (no 
     "timeout_ms",
   ]);
 });
+
+Deno.test("decide() an http header that evaluates to a value HTTP cannot carry fails the step at once", async () => {
+  // Review: such a value (a line break from an expression) made the adapter throw before its
+  // call, and the step stayed dispatched for ever unless it had a timeout.
+  for (const value of ["a\r\nx-injected: 1", "nul\u0000", "snow \u2603"]) {
+    const d = new Driver(workflow2([{
+      id: "h",
+      http: { url: "https://hooks.example/", headers: { "x-note": "{% $input.v %}" } },
+    }]));
+    await d.start({ v: value });
+    assert.deepEqual(d.of("StepScheduled")[0]!.input, null);
+    assert.equal(d.of("StepFailed")[0]!.will_retry, false);
+    assert.equal(d.s.status, "failed");
+    assert.equal(d.s.error?.code, "EXPRESSION_ERROR");
+    assert.match(d.s.error!.message, /header "x-note"/);
+  }
+  const ok = new Driver(workflow2([{
+    id: "h",
+    http: { url: "https://hooks.example/", headers: { "x-note": "{% $input.v %}" } },
+  }]));
+  await ok.start({ v: " café \t" });
+  assert.equal(ok.of("StepFailed").length, 0);
+});
