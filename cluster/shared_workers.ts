@@ -29,7 +29,13 @@
 import type postgres from "postgres";
 import type { ErrorInfo, HistoryEvent } from "../lib/engine/events.ts";
 import type { Command } from "../lib/engine/decide.ts";
-import { type ExecutionState, liveTokens, queuedSteps, stepOfToken } from "../lib/engine/state.ts";
+import {
+  type ExecutionState,
+  liveTokens,
+  queuedSteps,
+  stepOfToken,
+  type StepState,
+} from "../lib/engine/state.ts";
 import { executionOfToken, type Executions, type StartOffer } from "../lib/executions.ts";
 import { notFound } from "../lib/errors.ts";
 import type { Metrics } from "../lib/metrics.ts";
@@ -213,8 +219,26 @@ export class SharedWorkers implements WorkerService {
    * second commit. The poll is set aside (no wake-up reaches it) until the commit answers.
    */
   offerFirst(state: ExecutionState): StartOffer | null {
+    return this.#offer(state, queuedSteps(state));
+  }
+
+  /**
+   * A step that a result made ready (queued by this append, so no other server can be
+   * claiming its row) and that the reporting worker does not serve, for a poll of another
+   * session waiting here: dispatched in the result's commit, its row written claimed, as for a
+   * start's first task (a worker of another language or task list: no claim statement, no
+   * commit of its own).
+   */
+  #offerReady(id: string, state: ExecutionState): StartOffer | null {
     if (this.#waiting.size === 0) return null;
-    for (const st of queuedSteps(state)) {
+    const pre = this.executions.stateOf(id);
+    const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
+    return this.#offer(state, queuedSteps(state).filter((st) => !wasQueued.has(st.id)));
+  }
+
+  #offer(state: ExecutionState, steps: Iterable<StepState>): StartOffer | null {
+    if (this.#waiting.size === 0) return null;
+    for (const st of steps) {
       for (const w of this.#waiting) {
         if (!serves(w.s, st)) continue;
         this.#waiting.delete(w);
@@ -743,13 +767,20 @@ export class SharedWorkers implements WorkerService {
     // COMMIT_OWNED's take). The row may be claimed elsewhere meanwhile, or an older row of the
     // task may wait elsewhere: that dispatch is then not written, and the claim below decides.
     let local: Promise<TaskPayload[]> | null = null;
-    const follow = eager
+    // Or the step it made ready is another worker's (another language, another task list): a
+    // poll of that worker waiting here gets it in the result's commit (#offerReady).
+    let offer: StartOffer | null = null;
+    const follow = id && a
       ? (state: ExecutionState) => {
-        const command = eager.follow(state);
-        if (!command && !local && !signal?.aborted && this.sessions.has(s!.session_id)) {
+        offer?.release();
+        offer = null;
+        const command = eager?.follow(state) ?? null;
+        if (command) return command;
+        if (eager && !local && !signal?.aborted && this.sessions.has(s!.session_id)) {
           local = this.#takeLocal(s!, want);
         }
-        return command;
+        offer = this.#offerReady(id, state);
+        return offer?.command ?? null;
       }
       : undefined;
     // Owned elsewhere: the owner dispatches the next step to this session in the commit of
@@ -766,12 +797,18 @@ export class SharedWorkers implements WorkerService {
     try {
       r = await this.executions.report(token, result, follow, remote);
     } catch (e) {
+      (offer as StartOffer | null)?.release();
       // The result was not applied (or not known to be): the worker hears an error and retries
       // it; tasks dispatched for its slot never reach it, so they go out again.
       if (local) {
         undelivered(this.executions, s!, await (local as Promise<TaskPayload[]>), "failed");
       }
       throw e;
+    }
+    const offered = offer as StartOffer | null;
+    if (offered) {
+      if (r.followed && r.state) offered.deliver(r.state);
+      else offered.release();
     }
     if (s) this.#touch(s);
     const tasks = eager ? eager.tasks(r) : (r.tasks ?? []);
@@ -783,11 +820,24 @@ export class SharedWorkers implements WorkerService {
     // Nothing yet for the freed slot: its next task comes from the queue now, in this answer,
     // as on one server (the claim prefers this node's own executions), instead of after the
     // worker's next poll.
-    const more = want - tasks.length;
-    if (s && more > 0 && !signal?.aborted && this.sessions.has(s.session_id)) {
+    const usable = () =>
+      s !== undefined && want > tasks.length && !signal?.aborted &&
+      this.sessions.has(s.session_id);
+    // First from this node's own queue, as one server looks at its queue again after the
+    // commit: a task queued by a commit that landed with this result's is taken in a commit
+    // of its own dispatch (no claim statement) rather than through the claim and the
+    // dispatch commit after it.
+    if (usable()) {
+      const own = await this.#takeLocal(s!, want - tasks.length);
+      this.tasksClaimed += own.length;
+      this.metrics.tasksDispatched.inc({}, own.length);
+      tasks.push(...own);
+    }
+    if (usable()) {
+      const more = want - tasks.length;
       // The result is applied whatever happens here: a failed claim only leaves the slot to poll.
       tasks.push(
-        ...await this.#claim(s, more).catch((e) => {
+        ...await this.#claim(s!, more).catch((e) => {
           log.engine.warn("claim after a result failed; the worker polls", {
             error: (e as Error).message,
           });
@@ -811,6 +861,7 @@ export class SharedWorkers implements WorkerService {
     let taken: { step: string; token: string } | null = null;
     return {
       follow: (state) => {
+        taken = null;
         const pre = this.executions.stateOf(id);
         const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
         const st = queuedSteps(state).find((st) => !wasQueued.has(st.id) && serves(s, st));

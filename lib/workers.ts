@@ -14,7 +14,7 @@
  */
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
 import type { Command } from "./engine/decide.ts";
-import { type ExecutionState, queuedSteps } from "./engine/state.ts";
+import { type ExecutionState, queuedSteps, type StepState } from "./engine/state.ts";
 import type { ExecutionObserver, Executions, StartOffer } from "./executions.ts";
 import { executionOfToken } from "./executions.ts";
 import type { Metrics } from "./metrics.ts";
@@ -283,8 +283,25 @@ export class Workers implements WorkerService {
    * of the queued steps is set aside until the commit answers.
    */
   offerFirst(state: ExecutionState): StartOffer | null {
+    return this.#offer(state, queuedSteps(state));
+  }
+
+  /**
+   * A step that a result made ready (queued by this append) and that the reporting worker
+   * does not serve, for a poll of another session waiting here: dispatched in the result's
+   * commit, as a start's first task (a worker of another language or task list gets it with no
+   * commit of its own).
+   */
+  #offerReady(id: string, state: ExecutionState): StartOffer | null {
     if (this.#waiters.length === 0) return null;
-    for (const st of queuedSteps(state)) {
+    const pre = this.executions.stateOf(id);
+    const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
+    return this.#offer(state, queuedSteps(state).filter((st) => !wasQueued.has(st.id)));
+  }
+
+  #offer(state: ExecutionState, steps: Iterable<StepState>): StartOffer | null {
+    if (this.#waiters.length === 0) return null;
+    for (const st of steps) {
       const i = this.#waiters.findIndex((w) => serves(w.session, st));
       if (i < 0) continue;
       const w = this.#waiters[i]!;
@@ -366,30 +383,42 @@ export class Workers implements WorkerService {
     // execution for it: dispatched now, while the result is decided, so that both appends
     // share one commit instead of the dispatch waiting for the next one.
     let fromQueue: Promise<TaskPayload[]> | null = null;
-    const follow = s
-      ? (state: ExecutionState): Command | null => {
-        const st = queuedSteps(state).find((st) => serves(s, st));
-        if (!st) {
-          if (!fromQueue && this.sessions.has(s.session_id)) {
-            fromQueue = this.#dispatch(s, this.#queue.take(s, want), signal);
-          }
-          return null;
-        }
-        const command = dispatchTo(state.execution_id, st.id, s, this.opts.newId);
+    // Or the step it made ready is another worker's (another language, another task list): a
+    // poll of that worker waiting here gets it in the result's commit (#offerReady).
+    let offer: StartOffer | null = null;
+    const id = executionOfToken(token);
+    const follow = (state: ExecutionState): Command | null => {
+      offer?.release();
+      offer = null;
+      eager = null;
+      const st = s ? queuedSteps(state).find((st) => serves(s, st)) : undefined;
+      if (st) {
+        const command = dispatchTo(state.execution_id, st.id, s!, this.opts.newId);
         eager = { step: st.id, token: command.token };
         return command;
       }
-      : undefined;
+      if (s && !fromQueue && this.sessions.has(s.session_id)) {
+        fromQueue = this.#dispatch(s, this.#queue.take(s, want), signal);
+      }
+      offer = id === null ? null : this.#offerReady(id, state);
+      return offer?.command ?? null;
+    };
     let r;
     try {
       r = await this.executions.report(token, result, follow);
     } catch (e) {
+      (offer as StartOffer | null)?.release();
       // The result was not applied (or not known to be): the worker hears an error and retries
       // it; tasks already dispatched for its slot never reach it, so they go out again.
       if (fromQueue) {
         undelivered(this.executions, s!, await (fromQueue as Promise<TaskPayload[]>), "failed");
       }
       throw e;
+    }
+    const offered = offer as StartOffer | null;
+    if (offered) {
+      if (r.followed && r.state) offered.deliver(r.state);
+      else offered.release();
     }
     // Only a report that was not refused (INVALID_TOKEN, UNKNOWN_TASK, …) counts as contact.
     if (s) s.last_contact_ms = this.opts.now();
