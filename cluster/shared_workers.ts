@@ -58,6 +58,7 @@ import {
 import * as q from "../sql/postgres/shared.ts";
 import { OWN_TASK_HEAD_START_MS, unitOf } from "../lib/shared_changes.ts";
 import { MemoryTaskQueue } from "../lib/task_queue.ts";
+import { withTimeout } from "../lib/with_timeout.ts";
 
 const CONTACT_FLUSH_MS = 250;
 const CONTACT_CHECK_MS = 500;
@@ -70,6 +71,8 @@ const LOCAL_PRUNE_MS = 5000;
  */
 const LOST_CLAIM_WATCH_MS = 60_000;
 const LOST_CLAIM_CHECK_MS = 1000;
+/** How long `/v1/health` waits for the cluster's session count (as for the nodes' list). */
+const SESSION_COUNT_WAIT_MS = 250;
 const LOST_CLAIMS_MAX = 10_000;
 
 /**
@@ -171,6 +174,8 @@ export class SharedWorkers implements WorkerService {
   #checking = false;
   #checkStarted = 0;
   #stopped = false;
+  #countRead: Promise<number> | null = null;
+  #lastCount: number | null = null;
 
   constructor(
     readonly executions: Executions,
@@ -914,6 +919,22 @@ export class SharedWorkers implements WorkerService {
       });
     }
     return out;
+  }
+
+  /**
+   * WorkerService.sessionCount, for `/v1/health`: read once for the calls that arrive while it
+   * runs, awaited up to SESSION_COUNT_WAIT_MS; past that, or when it fails, the last count read
+   * (or this server's cached sessions), so that health never waits on a wedged connection.
+   */
+  async sessionCount(): Promise<number> {
+    this.#countRead ??= this.#q<{ n: number }>(q.COUNT_SESSIONS)
+      .then(([r]) => this.#lastCount = r?.n ?? 0)
+      .finally(() => this.#countRead = null);
+    try {
+      return await withTimeout(this.#countRead, SESSION_COUNT_WAIT_MS);
+    } catch {
+      return this.#lastCount ?? this.sessions.size;
+    }
   }
 
   async list(): Promise<unknown[]> {

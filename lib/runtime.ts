@@ -175,14 +175,20 @@ export class Runtime {
   }
 
   async health() {
+    // Shared mode: the cluster's sessions (a worker registered through any server is served by
+    // every one), read beside the cluster's fields.
+    const [sessions, cluster] = await Promise.all([
+      this.workers.sessionCount?.() ?? this.workers.sessions.size,
+      this.cluster(),
+    ]);
     return {
       status: "ok",
       api_version: API_VERSION,
       runtime_version: RUNTIME_VERSION,
       ir_versions: [...SUPPORTED_IR],
       active_executions: this.executions.running,
-      worker_sessions: this.workers.sessions.size,
-      ...(await this.cluster()),
+      worker_sessions: sessions,
+      ...cluster,
     };
   }
 

@@ -128,6 +128,11 @@ export interface WorkerService extends ExecutionObserver {
    * Without it, `sessions` are all there are.
    */
   sessionViews?(): Promise<SessionView[]>;
+  /**
+   * Shared mode: how many worker sessions the cluster has (`orbit_sessions`), for
+   * `/v1/health`'s `worker_sessions`; without it, `sessions` are all there are.
+   */
+  sessionCount?(): Promise<number>;
   start(): void;
   stop(): void;
 }

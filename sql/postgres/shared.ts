@@ -908,6 +908,9 @@ export const GET_SESSION = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions WHERE 
 
 export const LIST_SESSIONS = `SELECT ${SESSION_COLUMNS} FROM orbit_sessions ORDER BY created_ms`;
 
+/** How many sessions the cluster has (expired ones are deleted by EXPIRE_SESSIONS). */
+export const COUNT_SESSIONS = "SELECT count(*)::int AS n FROM orbit_sessions";
+
 /**
  * Who holds these attempts, for the workers file's checks on a server that does not hold their
  * executions: task, contract and the worker of the session each went to (null when that session
