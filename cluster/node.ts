@@ -39,6 +39,8 @@ export interface StandbyNodeOptions {
   /** Builds a runtime over a store (`readOnly` for the standby one). */
   runtime(store: Store, readOnly: boolean): Runtime;
   app(rt: Runtime): Hono;
+  /** The clock of the election's lease (tests). */
+  now?: () => number;
 }
 
 export class StandbyNode implements ClusterView {
@@ -89,6 +91,7 @@ export class StandbyNode implements ClusterView {
       advertiseAddr,
       onElected: (term) => this.#lead(term),
       onLost: () => this.#stepDown(),
+      ...(this.opts.now ? { now: this.opts.now } : {}),
     });
     this.#elector.start();
   }
