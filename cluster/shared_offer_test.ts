@@ -8,19 +8,9 @@
  */
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";
+import { SWITCH_WORKFLOW } from "../tests/support/orders.ts";
 import { deployAndStart, startedNode } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
-
-const SWITCH = {
-  ir: "orbit-ir/1",
-  name: "Switch",
-  version: "1.0.0",
-  steps: [
-    { id: "a", task: "t.a", contract: "1", input: "{% $input %}" },
-    { id: "b", task: "t.b", contract: "1", language: "python", input: "{% $steps.a %}" },
-    { id: "r", return: "{% $steps.b %}" },
-  ],
-};
 
 Deno.test({
   name: "shared: a result hands the step it makes ready to another worker's poll waiting on " +
@@ -55,7 +45,11 @@ Deno.test({
         () => a.n.runtime.workers.sessions.get(py.body.session_id)?.polling === 1,
         "the Python worker's poll to wait",
       );
-      await deployAndStart(a, [SWITCH], { workflow: "Switch", execution_id: "sw-1", input: 1 });
+      await deployAndStart(a, [SWITCH_WORKFLOW], {
+        workflow: "Switch",
+        execution_id: "sw-1",
+        input: 1,
+      });
       const tsPoll = await a.call("POST", "/v1/workers/poll", {
         session_id: ts.body.session_id,
         max_tasks: 1,

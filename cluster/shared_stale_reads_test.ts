@@ -7,26 +7,11 @@
  */
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";
+import { NOTES_WORKFLOW } from "../tests/support/orders.ts";
 import { deployAndStart, startedNode, takeOverFrom } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { NODE_HEARTBEAT, OWNED_AMONG } from "../sql/postgres/shared.ts";
-
-const NOTES = {
-  ir: "orbit-ir/2",
-  name: "Notes",
-  version: "1.0.0",
-  signals: { go: {}, note: {} },
-  queries: { notes: "{% $vars.notes %}" },
-  handlers: {
-    note: [{ id: "keep", assign: { notes: "{% $append($vars.notes, $signal) %}" } }],
-  },
-  steps: [
-    { id: "init", assign: { notes: [] } },
-    { id: "w", wait_signal: "go" },
-    { id: "r", return: "{% $steps.w %}" },
-  ],
-};
 
 Deno.test({
   name: "shared: a node silent past the node timeout answers queries and /pending from the " +
@@ -49,7 +34,11 @@ Deno.test({
     const b = await startedNode(url, "node-b");
     const sql = postgresClient(url, { max: 1, applicationName: "orbit-test" });
     try {
-      await deployAndStart(a, [NOTES], { workflow: "Notes", execution_id: "sr-1", input: {} });
+      await deployAndStart(a, [NOTES_WORKFLOW], {
+        workflow: "Notes",
+        execution_id: "sr-1",
+        input: {},
+      });
       assert.equal(
         (await a.call("POST", "/v1/executions/sr-1/signals/note", { payload: "a" })).status,
         200,

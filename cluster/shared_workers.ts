@@ -32,6 +32,7 @@ import type { Command } from "../lib/engine/decide.ts";
 import {
   type ExecutionState,
   liveTokens,
+  newlyQueued,
   queuedSteps,
   stepOfToken,
   type StepState,
@@ -236,9 +237,7 @@ export class SharedWorkers implements WorkerService {
    */
   #offerReady(id: string, state: ExecutionState): StartOffer | null {
     if (this.#waiting.size === 0) return null;
-    const pre = this.executions.stateOf(id);
-    const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
-    return this.#offer(state, queuedSteps(state).filter((st) => !wasQueued.has(st.id)));
+    return this.#offer(state, newlyQueued(this.executions.stateOf(id), state));
   }
 
   #offer(state: ExecutionState, steps: Iterable<StepState>): StartOffer | null {
@@ -867,9 +866,7 @@ export class SharedWorkers implements WorkerService {
     return {
       follow: (state) => {
         taken = null;
-        const pre = this.executions.stateOf(id);
-        const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
-        const st = queuedSteps(state).find((st) => !wasQueued.has(st.id) && serves(s, st));
+        const st = newlyQueued(this.executions.stateOf(id), state).find((st) => serves(s, st));
         if (!st) return null;
         const command = dispatchTo(state.execution_id, st.id, s, this.opts.newId);
         taken = { step: st.id, token: command.token };

@@ -10,24 +10,10 @@ import { LEASE_MS } from "./standby.ts";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { migratedDatabase } from "../tests/support/pg.ts";
+import { NOTES_WORKFLOW } from "../tests/support/orders.ts";
 import { waitFor } from "../tests/support/server.ts";
+import { appCaller } from "../tests/support/in_process_node.ts";
 import { createApp } from "../routes/app.ts";
-
-const NOTES = {
-  ir: "orbit-ir/2",
-  name: "Notes",
-  version: "1.0.0",
-  signals: { go: {}, note: {} },
-  queries: { notes: "{% $vars.notes %}" },
-  handlers: {
-    note: [{ id: "keep", assign: { notes: "{% $append($vars.notes, $signal) %}" } }],
-  },
-  steps: [
-    { id: "init", assign: { notes: [] } },
-    { id: "w", wait_signal: "go" },
-    { id: "r", return: "{% $steps.w %}" },
-  ],
-};
 
 Deno.test({
   name: "standby: a leader past its lease answers queries from the history, not from memory",
@@ -50,23 +36,12 @@ Deno.test({
       app: (rt) => createApp(rt, { token: null, maxBodyBytes: 1 << 20, ui: false, gate: node }),
       now: () => Date.now() + skew,
     });
-    const call = async (method: string, path: string, body?: unknown) => {
-      const res = await node.fetch(
-        new Request(`http://node${path}`, {
-          method,
-          ...(body === undefined
-            ? {}
-            : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
-        }),
-        {} as Deno.ServeHandlerInfo,
-      );
-      return { status: res.status, body: await res.json() };
-    };
+    const call = appCaller(node.fetch);
     await node.open();
     try {
       node.start(null);
       await waitFor(() => node.role() === "leader", "node a to lead");
-      assert.equal((await call("POST", "/v1/workflows", NOTES)).status, 201);
+      assert.equal((await call("POST", "/v1/workflows", NOTES_WORKFLOW)).status, 201);
       const started = await call("POST", "/v1/executions", {
         workflow: "Notes",
         execution_id: "sb-1",

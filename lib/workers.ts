@@ -14,7 +14,7 @@
  */
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
 import type { Command } from "./engine/decide.ts";
-import { type ExecutionState, queuedSteps, type StepState } from "./engine/state.ts";
+import { type ExecutionState, newlyQueued, queuedSteps, type StepState } from "./engine/state.ts";
 import type { ExecutionObserver, Executions, StartOffer } from "./executions.ts";
 import { executionOfToken } from "./executions.ts";
 import type { Metrics } from "./metrics.ts";
@@ -299,9 +299,7 @@ export class Workers implements WorkerService {
    */
   #offerReady(id: string, state: ExecutionState): StartOffer | null {
     if (this.#waiters.length === 0) return null;
-    const pre = this.executions.stateOf(id);
-    const wasQueued = new Set(pre ? queuedSteps(pre).map((st) => st.id) : []);
-    return this.#offer(state, queuedSteps(state).filter((st) => !wasQueued.has(st.id)));
+    return this.#offer(state, newlyQueued(this.executions.stateOf(id), state));
   }
 
   #offer(state: ExecutionState, steps: Iterable<StepState>): StartOffer | null {

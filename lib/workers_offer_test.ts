@@ -9,17 +9,7 @@ import { Runtime } from "./runtime.ts";
 import { openStore } from "./store/open.ts";
 import { readRun } from "./signals.ts";
 import { waitFor } from "../tests/support/server.ts";
-
-const SWITCH = {
-  ir: "orbit-ir/1",
-  name: "Switch",
-  version: "1.0.0",
-  steps: [
-    { id: "a", task: "t.a", contract: "1", input: "{% $input %}" },
-    { id: "b", task: "t.b", contract: "1", language: "python", input: "{% $steps.a %}" },
-    { id: "r", return: "{% $steps.b %}" },
-  ],
-};
+import { SWITCH_WORKFLOW } from "../tests/support/orders.ts";
 
 Deno.test({
   name: "workers: a result hands the step it makes ready to another worker's waiting poll in " +
@@ -46,7 +36,7 @@ Deno.test({
       });
       const pyPoll = rt.workers.poll(py, 1, 20_000);
       await waitFor(() => rt.workers.sessions.get(py)?.polling === 1, "the Python poll to wait");
-      await rt.definitions.deploy(SWITCH);
+      await rt.definitions.deploy(SWITCH_WORKFLOW);
       await rt.executions.start({ workflow: "Switch", execution_id: "sw-1", input: 1 });
       const [task] = await rt.workers.poll(ts, 1, 5_000);
       assert.equal(task?.step, "a");

@@ -7,22 +7,9 @@
 import assert from "node:assert/strict";
 import { api, startServer, waitFor } from "./support/server.ts";
 import { testEachStore } from "./support/stores.ts";
+import { NOTES_WORKFLOW } from "./support/orders.ts";
 
-const WAITER = {
-  ir: "orbit-ir/2",
-  name: "Waiter",
-  version: "1.0.0",
-  signals: { go: {}, note: {} },
-  queries: { notes: "{% $vars.notes %}" },
-  handlers: {
-    note: [{ id: "keep", assign: { notes: "{% $append($vars.notes, $signal) %}" } }],
-  },
-  steps: [
-    { id: "init", assign: { notes: [] } },
-    { id: "w", wait_signal: "go" },
-    { id: "r", return: "{% $steps.w %}" },
-  ],
-};
+const WAITER = { ...NOTES_WORKFLOW, name: "Waiter" };
 
 const NAP = {
   ir: "orbit-ir/2",

@@ -539,6 +539,15 @@ export function queuedSteps(s: ExecutionState): StepState[] {
   return Object.values(s.steps).filter((st) => st.status === "scheduled" && st.kind === "task");
 }
 
+/**
+ * Steps queued in `next` that were not in `prev` (held before the append that leads to `next`):
+ * queued by that append, so no other server can be claiming their rows yet.
+ */
+export function newlyQueued(prev: ExecutionState | undefined, next: ExecutionState): StepState[] {
+  const was = new Set(prev ? queuedSteps(prev).map((st) => st.id) : []);
+  return queuedSteps(next).filter((st) => !was.has(st.id));
+}
+
 /** Attempts a worker holds right now (dispatched and unanswered). */
 export function inFlightCount(s: ExecutionState): number {
   return Object.values(s.steps).filter((st) => st.status === "dispatched" && st.kind === "task")

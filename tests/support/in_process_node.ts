@@ -56,9 +56,19 @@ export function inProcessNode(
     }),
     ...(opts.afterStatement ? { afterStatement: opts.afterStatement } : {}),
   });
-  const call = async (method: string, path: string, body?: unknown) => {
+  return { n, call: appCaller(n.fetch) };
+}
+
+/**
+ * Calls a server's handler in process (no listener): `call(method, path, body?)` answers
+ * `{status, body, ms}`, the body parsed as JSON.
+ */
+export function appCaller(
+  fetch: (req: Request, info: Deno.ServeHandlerInfo) => Response | Promise<Response>,
+) {
+  return async (method: string, path: string, body?: unknown) => {
     const t0 = performance.now();
-    const res = await n.fetch(
+    const res = await fetch(
       new Request(`http://node${path}`, {
         method,
         ...(body === undefined
@@ -71,7 +81,6 @@ export function inProcessNode(
     const json = await res.json() as any;
     return { status: res.status, body: json, ms: performance.now() - t0 };
   };
-  return { n, call };
 }
 
 /** An in-process node, opened and started (it serves once this resolves). */

@@ -24,6 +24,41 @@ export const WAITER_WORKFLOW = {
   steps: [{ id: "w", wait_signal: "go" }, { id: "r", return: "{% $steps.w %}" }],
 };
 
+/**
+ * A workflow that waits for `go` while it keeps every `note` signal's payload, which its query
+ * `notes` answers (reads from memory against reads from history).
+ */
+export const NOTES_WORKFLOW = {
+  ir: "orbit-ir/2",
+  name: "Notes",
+  version: "1.0.0",
+  signals: { go: {}, note: {} },
+  queries: { notes: "{% $vars.notes %}" },
+  handlers: {
+    note: [{ id: "keep", assign: { notes: "{% $append($vars.notes, $signal) %}" } }],
+  },
+  steps: [
+    { id: "init", assign: { notes: [] } },
+    { id: "w", wait_signal: "go" },
+    { id: "r", return: "{% $steps.w %}" },
+  ],
+};
+
+/**
+ * Two tasks for two workers: `a` for any worker of `t.a`, then `b` pinned to Python, then the
+ * result (a result that makes ready another worker's step).
+ */
+export const SWITCH_WORKFLOW = {
+  ir: "orbit-ir/1",
+  name: "Switch",
+  version: "1.0.0",
+  steps: [
+    { id: "a", task: "t.a", contract: "1", input: "{% $input %}" },
+    { id: "b", task: "t.b", contract: "1", language: "python", input: "{% $steps.a %}" },
+    { id: "r", return: "{% $steps.b %}" },
+  ],
+};
+
 export interface WorkerProcess {
   pid: number;
   lines: string[];
