@@ -17,6 +17,8 @@ export interface StatementCost {
   /** Mean execution time of one call inside PostgreSQL (planning, parsing and commit not included). */
   ms_per_call: number;
   ms_per_order: number;
+  /** WAL the statement wrote per call (its records, full-page images included), in KB. */
+  wal_kb_per_call: number;
 }
 
 interface Backend {
@@ -40,6 +42,7 @@ export class PostgresStats {
   readonly #sql: postgres.Sql;
   readonly #statements: boolean;
   #before = new Map<number, Backend>();
+  #walBefore = "0/0";
 
   constructor(url: string, opts: { statements: boolean }) {
     this.#sql = postgres(url, {
@@ -70,6 +73,8 @@ export class PostgresStats {
       await this.#sql`SELECT pg_stat_statements_reset()`;
     }
     this.#before = await this.#backends();
+    const [w] = await this.#sql<{ lsn: string }[]>`SELECT pg_current_wal_lsn()::text AS lsn`;
+    this.#walBefore = w!.lsn;
   }
 
   /**
@@ -80,8 +85,27 @@ export class PostgresStats {
     byRole: Record<string, number>;
     statements: StatementCost[] | null;
     statementsPerOrder: number | null;
+    walKbPerOrder: number;
   }> {
     const after = await this.#backends();
+    const [w] = await this.#sql<{ bytes: string }[]>`
+      SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), ${this.#walBefore}::pg_lsn)::text AS bytes`;
+    const walKbPerOrder = round(Number(w!.bytes) / 1024 / orders, 2);
+    if (Deno.env.get("ORBIT_BENCH_WAL_STATS")) {
+      await this.#sql`CREATE EXTENSION IF NOT EXISTS pg_walinspect`;
+      const recs = await this.#sql<{ rec: string; n: string; bytes: string; fpi: string }[]>`
+        SELECT "resource_manager/record_type" AS rec, count::text AS n,
+          combined_size::text AS bytes, fpi_size::text AS fpi
+        FROM pg_get_wal_stats(${this.#walBefore}::pg_lsn, pg_current_wal_lsn(), true)
+        WHERE count > 0 ORDER BY combined_size DESC LIMIT 25`;
+      for (const r of recs) {
+        console.log(
+          `  WAL ${r.rec.padEnd(28)} ${(Number(r.n) / orders).toFixed(2)}/order ${
+            (Number(r.bytes) / 1024 / orders).toFixed(2)
+          } KB/order (fpi ${(Number(r.fpi) / 1024 / orders).toFixed(2)})`,
+        );
+      }
+    }
     const byRole: Record<string, number> = {};
     for (const [pid, b] of after) {
       const cpu = b.cpu - (this.#before.get(pid)?.cpu ?? 0);
@@ -91,16 +115,18 @@ export class PostgresStats {
     let statements: StatementCost[] | null = null;
     let statementsPerOrder: number | null = null;
     if (this.#statements) {
-      const rows = await this.#sql<{ query: string; calls: number; ms: number }[]>`
-        SELECT query, calls::float8 AS calls, total_exec_time AS ms FROM pg_stat_statements
+      const rows = await this.#sql<{ query: string; calls: number; ms: number; wal: number }[]>`
+        SELECT query, calls::float8 AS calls, total_exec_time AS ms, wal_bytes::float8 AS wal
+        FROM pg_stat_statements
         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
           AND query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%pg_stat_activity%'`;
-      const by = new Map<string, { calls: number; ms: number }>();
+      const by = new Map<string, { calls: number; ms: number; wal: number }>();
       for (const r of rows) {
         const key = r.query.replace(/\s+/g, " ").trim().slice(0, 72);
-        const s = by.get(key) ?? { calls: 0, ms: 0 };
+        const s = by.get(key) ?? { calls: 0, ms: 0, wal: 0 };
         s.calls += Number(r.calls);
         s.ms += Number(r.ms);
+        s.wal += Number(r.wal);
         by.set(key, s);
       }
       statementsPerOrder = round([...by.values()].reduce((n, s) => n + s.calls, 0) / orders, 2);
@@ -109,9 +135,10 @@ export class PostgresStats {
         calls_per_order: round(s.calls / orders, 3),
         ms_per_call: round(s.ms / Math.max(1, s.calls), 3),
         ms_per_order: round(s.ms / orders, 3),
+        wal_kb_per_call: round(s.wal / 1024 / Math.max(1, s.calls), 2),
       }));
     }
-    return { byRole, statements, statementsPerOrder };
+    return { byRole, statements, statementsPerOrder, walKbPerOrder };
   }
 
   async close(): Promise<void> {

@@ -489,6 +489,8 @@ async function bench(store: "sqlite" | "postgres") {
       postgres_cpu_ms_per_order_by_role: pgDetail?.byRole ?? null,
       postgres_statements_per_order: pgDetail?.statementsPerOrder ?? null,
       postgres_statements: pgDetail?.statements ?? null,
+      // WAL PostgreSQL wrote during the run (every connection, checkpoints' full-page images too).
+      postgres_wal_kb_per_order: pgDetail?.walKbPerOrder ?? null,
     };
   } finally {
     await pgStats?.close();
@@ -526,7 +528,7 @@ for (const s of stores) {
     console.log(
       `  PostgreSQL CPU per order by connection: ${
         roles.map(([k, v]) => `${k} ${v} ms`).join(", ")
-      }`,
+      }; WAL ${r.postgres_wal_kb_per_order} KB per order`,
     );
   }
   if (r.postgres_statements_per_order !== null) {
@@ -538,7 +540,7 @@ for (const s of stores) {
     console.log(
       `  ${st.calls_per_order.toFixed(3)} calls/order × ${st.ms_per_call.toFixed(3)} ms = ${
         st.ms_per_order.toFixed(3)
-      } ms/order  ${st.statement}`,
+      } ms/order, WAL ${st.wal_kb_per_call.toFixed(1)} KB/call  ${st.statement}`,
     );
   }
 }
