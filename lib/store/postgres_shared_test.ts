@@ -650,3 +650,28 @@ Deno.test("postgres shared inbox and node list: with many executions owned, read
     ]);
   });
 });
+
+Deno.test("postgres shared takeover: an execution's attempts are found by their tokens, not those of ids it prefixes", async () => {
+  // TASKS_OF reads a range of the token index (`<execution id>/…`): execution `e1` must not get
+  // the attempts of `e10` or of `e1/b` (whose tokens also begin with `e1`), and a queued row
+  // (no token yet) is not an attempt.
+  await onSharedConnection(async (sql) => {
+    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+        contract_version, state, enqueued_ms, payload, token, claimed_by)
+      VALUES ('e1', 'r1', 's', 1, 'r1/s/1/0', 't', '1', 'claimed', 1, '{}', 'e1/u1', 'n1'),
+        ('e1', 'r1', 'q', 1, 'r1/q/1/0', 't', '1', 'queued', 1, '{}', NULL, NULL),
+        ('e1', 'r1', 'c', 1, 'r1/c/1/0', 't', '1', 'cancelled', 1, '{}', 'e1/u4', 'n1'),
+        ('e1/b', 'r2', 's', 1, 'r2/s/1/0', 't', '1', 'claimed', 1, '{}', 'e1/b/u2', 'n1'),
+        ('e10', 'r3', 's', 1, 'r3/s/1/0', 't', '1', 'claimed', 1, '{}', 'e10/u3', 'n2')`;
+    const of = async (ids: string[]) =>
+      (await sql.unsafe(TASKS_OF, [sql.json(ids)])).map((r) =>
+        `${r.execution_id} ${r.token} ${r.state} ${r.claimed_by}`
+      ).sort();
+    assert.deepEqual(await of(["e1"]), ["e1 e1/u1 claimed n1", "e1 e1/u4 cancelled n1"]);
+    assert.deepEqual(await of(["e1/b", "e10"]), [
+      "e1/b e1/b/u2 claimed n1",
+      "e10 e10/u3 claimed n2",
+    ]);
+    assert.deepEqual(await of(["e2"]), []);
+  });
+});

@@ -254,4 +254,19 @@ DROP INDEX IF EXISTS orbit_owners_node_idx;
 CREATE INDEX orbit_owners_node_idx ON orbit_owners (node_id, instance);
 `,
   },
+  {
+    version: 9,
+    name: "two indexes fewer on orbit_tasks",
+    sql: `
+-- Every task row is written two or three times (inserted, claimed, deleted) and each version
+-- entered every index: six B-tree inserts per row version. Two of them served one rare query:
+-- the primary key on id (the claim finds its window's rows by unit now) and the index on
+-- execution_id (a takeover finds an execution's attempts through their tokens, which begin
+-- with the execution id: a range of orbit_tasks_token_idx, bytewise with COLLATE "C"). id
+-- stays, as the rows' order of insertion.
+ALTER TABLE orbit_tasks DROP CONSTRAINT IF EXISTS orbit_tasks_pkey;
+DROP INDEX IF EXISTS orbit_tasks_execution_idx;
+ALTER TABLE orbit_tasks ALTER COLUMN token TYPE text COLLATE "C";
+`,
+  },
 ];

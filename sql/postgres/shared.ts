@@ -665,7 +665,7 @@ WHERE node_id = $1 AND root_id = ANY (${list(2)}) AND instance = $3`;
  * Plans made on an empty queue (the statement is prepared once per connection and its generic
  * plan kept until an ANALYZE) must not read the backlog either: `cand` orders by `enqueued_ms`
  * alone, which the claim index serves in order (with `, t.id` it sorted every queued row of the
- * task), and `c` finds the window's rows by primary key (`t.id = ANY (ARRAY(…))`; its state test
+ * task), and `c` finds the window's rows by unit (`t.unit = ANY (ARRAY(…))`; its state test
  * is written `(t.state = 'queued') IS TRUE` so that the claim index, whose `queued` range is the
  * whole backlog, is not a way to it), and `win` looks each row's owner up by its key (joined,
  * a plan made while orbit_owners was empty read all of it once the table had one more column:
@@ -703,8 +703,8 @@ WITH reg AS (
   GROUP BY r.task_name, r.contract_version
 ),
 cand AS (
-  SELECT q.id, q.execution_id, q.enqueued_ms FROM reg r CROSS JOIN LATERAL (
-    SELECT t.id, t.execution_id, t.enqueued_ms FROM orbit_tasks t
+  SELECT q.id, q.unit, q.execution_id, q.enqueued_ms FROM reg r CROSS JOIN LATERAL (
+    SELECT t.id, t.unit, t.execution_id, t.enqueued_ms FROM orbit_tasks t
     WHERE t.state = 'queued' AND t.task_name = r.task_name
       AND t.contract_version = r.contract_version
       AND (t.language IS NULL OR t.language = 'any' OR t.language = ANY (r.langs))
@@ -713,20 +713,20 @@ cand AS (
   ORDER BY q.enqueued_ms, q.id LIMIT ${window}
 ),
 win AS (
-  SELECT c.id, c.enqueued_ms - CASE
+  SELECT c.id, c.unit, c.enqueued_ms - CASE
       WHEN (SELECT o.node_id FROM orbit_owners o WHERE o.execution_id = c.execution_id) = $3
       THEN $7::bigint ELSE 0 END AS rank_ms
   FROM cand c
 ),
 c AS (
-  SELECT t.id FROM win w JOIN orbit_tasks t ON t.id = w.id
-  WHERE t.id = ANY (ARRAY(SELECT id FROM win)) AND (t.state = 'queued') IS TRUE
+  SELECT t.unit FROM win w JOIN orbit_tasks t ON t.unit = w.unit
+  WHERE t.unit = ANY (ARRAY(SELECT unit FROM win)) AND (t.state = 'queued') IS TRUE
   ORDER BY w.rank_ms, t.id LIMIT $2 FOR UPDATE OF t SKIP LOCKED
 ),
 claimed AS (
   UPDATE orbit_tasks t SET state = 'claimed', token = t.execution_id || '/' || gen_random_uuid(),
     claimed_by = $3, session_id = $4, claimed_ms = $6
-  FROM c WHERE t.id = c.id
+  FROM c WHERE t.unit = c.unit
   RETURNING t.id, t.execution_id, t.run_id, t.step, t.attempt, t.unit, t.token, t.payload
 ),
 owner AS (
@@ -771,14 +771,21 @@ export const CANCEL_TASK = `
 UPDATE orbit_tasks SET state = 'cancelled' WHERE token = $1 AND state = 'claimed'`;
 
 /**
- * Every task row of the executions a node just took over or resumed, so their queue is
- * rebuilt: queued rows stay queued; claimed rows whose attempt the history does not show
- * dispatched go back on the queue (the claiming server died between claim and dispatch).
+ * The attempts (task rows with a token: claimed or cancelled) of the executions a node just
+ * took over or resumed, so their queue is rebuilt: claimed rows whose attempt the history does
+ * not show dispatched go back on the queue (the claiming server died between claim and
+ * dispatch); queued rows stay as they are. A token begins with its execution id and a slash,
+ * so an execution's attempts are a range of the token index (bytewise, COLLATE "C"; the id
+ * test drops the rows of an execution whose id extends this one's with a slash).
  * Params: $1 execution ids.
  */
 export const TASKS_OF = `
-SELECT execution_id, unit, token, state, claimed_by FROM orbit_tasks
-WHERE execution_id = ANY (${list(1)})`;
+SELECT t.execution_id, t.unit, t.token, t.state, t.claimed_by
+FROM jsonb_array_elements_text($1::jsonb) AS x(id)
+CROSS JOIN LATERAL (
+  SELECT * FROM orbit_tasks t
+  WHERE t.token >= x.id || '/' AND t.token < x.id || '0' AND t.execution_id = x.id
+) t`;
 
 /**
  * The cancel notices for a heartbeat, each reported once (the row goes): those of its session,
