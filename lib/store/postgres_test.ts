@@ -198,3 +198,47 @@ Deno.test("postgres store: events are indexed by their key only, and a history r
     await store.close();
   }
 });
+
+Deno.test("postgres store: migration 9 leaves orbit_tasks with the unit, token, claim and cancel indexes, rows kept", async () => {
+  // From a database made before it (version 8: a primary key on id and an index on
+  // execution_id, token in the database's collation), with attempts queued and claimed.
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const sql = client(url);
+  try {
+    await store.migrate();
+    const indexes = async () =>
+      (await sql`SELECT indexname FROM pg_indexes WHERE tablename = 'orbit_tasks'
+                 ORDER BY indexname`).map((r) => r.indexname);
+    const after = [
+      "orbit_tasks_cancelled_idx",
+      "orbit_tasks_claim_idx",
+      "orbit_tasks_token_idx",
+      "orbit_tasks_unit_idx",
+    ];
+    assert.deepEqual(await indexes(), after);
+
+    await sql`ALTER TABLE orbit_tasks ADD PRIMARY KEY (id)`;
+    await sql`CREATE INDEX orbit_tasks_execution_idx ON orbit_tasks (execution_id)`;
+    await sql`ALTER TABLE orbit_tasks ALTER COLUMN token TYPE text COLLATE "default"`;
+    await sql`DELETE FROM orbit_migrations WHERE version = 9`;
+    await sql`INSERT INTO orbit_tasks (execution_id, run_id, step, attempt, unit, task_name,
+        contract_version, state, enqueued_ms, payload, token)
+      VALUES ('e1', 'r1', 's', 1, 'r1/s/1/0', 't', '1', 'claimed', 1, '{}', 'e1/u1'),
+        ('e1', 'r1', 'q', 1, 'r1/q/1/0', 't', '1', 'queued', 2, '{}', NULL)`;
+    assert.equal((await indexes()).length, 6);
+    await store.migrate();
+    assert.deepEqual(await indexes(), after);
+    const [col] = await sql`SELECT collation_name FROM information_schema.columns
+      WHERE table_name = 'orbit_tasks' AND column_name = 'token'`;
+    assert.equal(col?.collation_name, "C");
+    const rows = await sql`SELECT unit, state, token FROM orbit_tasks ORDER BY id`;
+    assert.deepEqual(rows.map((r) => [r.unit, r.state, r.token]), [
+      ["r1/s/1/0", "claimed", "e1/u1"],
+      ["r1/q/1/0", "queued", null],
+    ]);
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+});
