@@ -390,7 +390,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
       settings: q.SHARED_CONNECTION_SETTINGS, // kept plans stay on their indexes; no JIT
       afterCommit: ({ queued, closed }) => {
         const n = closed.map((payload) => ({ channel: "orbit_done", payload }));
-        if (queued > 0) n.push({ channel: "orbit_tasks", payload: "" });
+        // The payload names the node: its own listener knows these rows are in its memory.
+        if (queued > 0) n.push({ channel: "orbit_tasks", payload: id });
         this.notify(n);
         // Local waiters and polls need no round trip through the database.
         if (queued > 0) this.#workers?.wake();
@@ -478,7 +479,14 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#rt = rt;
     this.#app = this.opts.app(rt);
     const listen = this.#listen;
-    await listen.listen("orbit_tasks", () => this.#workers?.wake());
+    // Rows another node queued (or put back) may be claimed here; this node's own are in its
+    // memory already (its commit woke the polls). (Re)connected: what was announced meanwhile
+    // is lost, so polls look again.
+    await listen.listen(
+      "orbit_tasks",
+      (payload) => payload === id ? this.#workers?.wake() : this.#workers?.wakeRemote(),
+      () => this.#workers?.wakeRemote(),
+    );
     await listen.listen("orbit_inbox", (payload) => {
       const sp = payload.indexOf(" ");
       if ((sp < 0 ? payload : payload.slice(0, sp)) !== id) return;
@@ -700,6 +708,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       if (t.token) claimedBy.set(t.token, t.claimed_by);
       if (t.state === "claimed" && t.token && t.claimed_by === from && !live.has(t.token)) {
         await this.#sql("hb")(q.REQUEUE_TASK, [t.token]);
+        this.#workers?.wakeRemote();
         this.notify([{ channel: "orbit_tasks", payload: "" }]);
       }
     }

@@ -143,6 +143,23 @@ export class SharedWorkers implements WorkerService {
   /** When the contact write in flight began (null: none). */
   #flushStarted: number | null = null;
   #wakers = new Set<() => void>();
+  /**
+   * Bumped by wakeRemote(): a row this node's memory does not hold may have become claimable
+   * since — queued or put back by another node (NOTIFY orbit_tasks with another payload), put
+   * back by this one (#release, a takeover), or announced while the listener was away (its
+   * reconnection). Rows of executions owned here are in #local from their install on, and a
+   * look takes from there first (#takeLocal).
+   */
+  #remoteGen = 0;
+  /**
+   * Per session: the generation and time of its latest claim that found nothing. Another claim
+   * for it with no wakeRemote() since and within POLL_RECHECK_MS would find nothing that #local
+   * does not hold (each claim statement is a round trip and an index walk; with the page's
+   * worker shape a slot freed by a result asked every time, two thirds of them for nothing);
+   * after that it claims, as the polls' one-second re-check does, in case an announcement was
+   * lost.
+   */
+  #empty = new Map<string, { gen: number; ms: number }>();
   /** The polls of each session in the order they came (see poll). */
   #lines = new Map<string, Array<{ wake: () => void }>>();
   /** Polls waiting here, for a new execution's first task (offerFirst). */
@@ -217,6 +234,12 @@ export class SharedWorkers implements WorkerService {
    */
   wake(): void {
     for (const w of [...this.#wakers]) w();
+  }
+
+  /** wake() for rows this node's memory may not hold (see #remoteGen). */
+  wakeRemote(): void {
+    this.#remoteGen++;
+    this.wake();
   }
 
   /**
@@ -371,6 +394,7 @@ export class SharedWorkers implements WorkerService {
   #forget(id: string): Session | undefined {
     const s = this.sessions.get(id);
     this.#contacts.delete(id);
+    this.#empty.delete(id);
     if (!s) return undefined;
     this.sessions.delete(id);
     for (const p of [...(this.#lines.get(id) ?? [])]) p.wake();
@@ -411,7 +435,10 @@ export class SharedWorkers implements WorkerService {
       for (let look = true;; look = first()) {
         // Forgotten meanwhile (#forget): nothing more for it; its next request answers 404.
         if (!this.sessions.has(s.session_id)) return [];
-        const tasks = look ? await this.#claim(s, max) : [];
+        // A look takes from this node's own queue first, as one server takes from its memory:
+        // each dispatch claims its row in its own commit, no claim statement.
+        const tasks = look ? await this.#takeLocal(s, max) : [];
+        if (look && tasks.length === 0) tasks.push(...await this.#claim(s, max));
         if (tasks.length > 0 || signal?.aborted) return this.#delivered(s, tasks, signal);
         const left = end - this.opts.now();
         if (left <= 0 || this.#stopped || !this.sessions.has(s.session_id)) return [];
@@ -466,6 +493,9 @@ export class SharedWorkers implements WorkerService {
   async #claim(s: Session, max: number): Promise<TaskPayload[]> {
     // The claim's claimed_ms, unique per claim of this process: a claim whose answer is lost
     // is found again by it (#recoverLostClaims).
+    const gen = this.#remoteGen;
+    const empty = this.#empty.get(s.session_id);
+    if (empty && empty.gen === gen && this.opts.now() - empty.ms < POLL_RECHECK_MS) return [];
     const now = this.#lastClaimMs = Math.max(this.opts.now(), this.#lastClaimMs + 1);
     let rows: ClaimedRow[];
     try {
@@ -493,6 +523,8 @@ export class SharedWorkers implements WorkerService {
       });
       throw e;
     }
+    if (rows.length === 0) this.#empty.set(s.session_id, { gen, ms: now });
+    else this.#empty.delete(s.session_id);
     const owners = new Set<string>();
     for (const row of rows) {
       if (row.owner_node && row.owner_node !== this.opts.nodeId) {
@@ -586,14 +618,17 @@ export class SharedWorkers implements WorkerService {
    * refused because another server claimed the row, or because an older row of the task
    * waits, yields nothing here: the claim statement decides then.
    */
-  #takeLocal(s: Session, max: number): Promise<TaskPayload[]> {
-    return dispatchQueued(
+  async #takeLocal(s: Session, max: number): Promise<TaskPayload[]> {
+    const tasks = await dispatchQueued(
       this.executions,
       s,
       this.#local.take(s, max),
       this.opts.newId,
       (item) => this.#local.requeue([item]),
     );
+    this.tasksClaimed += tasks.length;
+    this.metrics.tasksDispatched.inc({}, tasks.length);
+    return tasks;
   }
 
   /**
@@ -606,7 +641,10 @@ export class SharedWorkers implements WorkerService {
   async #release(text: string, row: { token: string; execution_id: string }): Promise<void> {
     try {
       await this.#q(text, [row.token]);
-      if (text === q.REQUEUE_TASK) this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
+      if (text === q.REQUEUE_TASK) {
+        this.#remoteGen++; // the row may be another node's execution's: claimed, not in #local
+        this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
+      }
     } catch (e) {
       if (this.#stopped) return;
       log.engine.warn("cannot release a claimed task row; retrying in 1 s", {
@@ -816,11 +854,11 @@ export class SharedWorkers implements WorkerService {
     }
     if (s) this.#touch(s);
     const tasks = eager ? eager.tasks(r) : (r.tasks ?? []);
-    if (local) tasks.push(...await (local as Promise<TaskPayload[]>));
     if (tasks.length > 0) {
       this.tasksClaimed += tasks.length;
       this.metrics.tasksDispatched.inc({}, tasks.length);
     }
+    if (local) tasks.push(...await (local as Promise<TaskPayload[]>)); // counted by #takeLocal
     // Nothing yet for the freed slot: its next task comes from the queue now, in this answer,
     // as on one server (the claim prefers this node's own executions), instead of after the
     // worker's next poll.
@@ -832,10 +870,7 @@ export class SharedWorkers implements WorkerService {
     // of its own dispatch (no claim statement) rather than through the claim and the
     // dispatch commit after it.
     if (usable()) {
-      const own = await this.#takeLocal(s!, want - tasks.length);
-      this.tasksClaimed += own.length;
-      this.metrics.tasksDispatched.inc({}, own.length);
-      tasks.push(...own);
+      tasks.push(...await this.#takeLocal(s!, want - tasks.length));
     }
     if (usable()) {
       const more = want - tasks.length;

@@ -417,7 +417,9 @@ Deno.test({
         VALUES ('e-1', 't.one', '1', 'queued', 0, ${real.json({ task: "t.one" })}, 'r-1',
           'a', 1, 'r-1/a/1/0')`;
       const before = claims;
-      workers.wake();
+      // Announced as rows this node's memory does not hold are (NOTIFY orbit_tasks from the
+      // database): a row inserted behind its back, as here, is not in its queue.
+      workers.wakeRemote();
       const answered = await Promise.race(polls.map((p, i) => p.then((t) => ({ i, t }))));
       assert.equal(answered.t.length, 1);
       assert.equal(answered.t[0]!.execution_id, "e-1");
@@ -658,6 +660,86 @@ Deno.test({
     } finally {
       workers.stop();
       await real.end({ timeout: 5 });
+    }
+  },
+});
+
+Deno.test({
+  name: "a claim that found nothing is not repeated until another node announces rows, or a " +
+    "second has passed",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    // With the page's worker shape, a slot freed by a result and a poll's first look each ran
+    // the claim statement, two thirds of them for nothing: this node's own queued rows are in
+    // its memory (taken first), and rows of other nodes' executions are announced.
+    const url = await migratedDatabase();
+    const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
+    let claims = 0;
+    const sql = intercept(real, (text) => {
+      if (text.trimStart().startsWith("WITH reg")) claims++;
+    });
+    const executions = {
+      observer: null,
+      active: new Map(),
+      remote: null,
+      loadOwned: () => Promise.resolve(false),
+      stateOf: () => undefined,
+    } as unknown as Executions;
+    const workers = sharedWorkers(executions, sql, "node-1");
+    let n = 0;
+    const queueElsewhere = async () => {
+      n++;
+      await real`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
+        VALUES (${"x-" + n}, ${"x-" + n}, 'node-2', 1, 0)`;
+      await real`INSERT INTO orbit_tasks (execution_id, task_name, contract_version, state,
+          enqueued_ms, payload, run_id, step, attempt, unit)
+        VALUES (${"x-" + n}, 'payments.charge', '1', 'queued', ${n}, ${
+        real.json({ task: "payments.charge", contract: "1", input: {}, idempotency_key: "k" })
+      }, ${"r-" + n}, 'charge', 1, ${"r-" + n + "/charge/1/0"})`;
+    };
+    try {
+      const session = await workers.register({
+        worker_id: "w-1",
+        runtime: "typescript",
+        tasks: [{ name: "payments.charge", contract: "1" }],
+        concurrency: 1,
+      });
+      assert.deepEqual(await workers.poll(session, 1, 0), []);
+      assert.equal(claims, 1);
+      // Queued by another node, its announcement not here yet: no second claim.
+      await queueElsewhere();
+      assert.deepEqual(await workers.poll(session, 1, 0), []);
+      assert.equal(claims, 1, "an empty claim was repeated with nothing announced");
+      // This node's own rows do not count (they are in its memory, taken before a claim).
+      workers.wake();
+      assert.deepEqual(await workers.poll(session, 1, 0), []);
+      assert.equal(claims, 1);
+      // Announced: the next look claims it.
+      workers.wakeRemote();
+      const [t] = await workers.poll(session, 1, 0);
+      assert.equal(t?.execution_id, "x-1");
+      assert.equal(claims, 2);
+      // Found nothing again; a row whose announcement is lost goes out at the re-check, a
+      // second after that empty claim, by exactly one more claim.
+      assert.deepEqual(await workers.poll(session, 1, 0), []);
+      assert.equal(claims, 3);
+      const emptyAt = Date.now();
+      await queueElsewhere();
+      const got = await waitFor(
+        async () => {
+          const tasks = await workers.poll(session, 1, 0);
+          return tasks.length > 0 ? tasks : null;
+        },
+        "the re-check's claim",
+        5000,
+      );
+      assert.equal(got[0]?.execution_id, "x-2");
+      assert.equal(claims, 4);
+      assert.ok(Date.now() - emptyAt >= 900, "the re-check came before a second had passed");
+    } finally {
+      workers.stop();
+      await real.end();
     }
   },
 });
