@@ -166,6 +166,12 @@ Deno.test({
   },
 });
 
+/** The names of `table`'s indexes, sorted. */
+async function indexNames(sql: postgres.Sql, table: string): Promise<string[]> {
+  return (await sql`SELECT indexname FROM pg_indexes WHERE tablename = ${table}
+                    ORDER BY indexname`).map((r) => r.indexname);
+}
+
 Deno.test("postgres store: events are indexed by their key only, and a history read uses it", async () => {
   // Migration 7 dropped execution_events_execution_idx (one B-tree insert per event that no
   // query used), from a database made before it too.
@@ -174,9 +180,7 @@ Deno.test("postgres store: events are indexed by their key only, and a history r
   const sql = client(url);
   try {
     await store.migrate();
-    const indexes = async () =>
-      (await sql`SELECT indexname FROM pg_indexes WHERE tablename = 'execution_events'
-                 ORDER BY indexname`).map((r) => r.indexname);
+    const indexes = () => indexNames(sql, "execution_events");
     assert.deepEqual(await indexes(), ["execution_events_pkey"]);
 
     // A database at version 6 still has the index: migrating removes it.
@@ -207,9 +211,7 @@ Deno.test("postgres store: migration 9 leaves orbit_tasks with the unit, token, 
   const sql = client(url);
   try {
     await store.migrate();
-    const indexes = async () =>
-      (await sql`SELECT indexname FROM pg_indexes WHERE tablename = 'orbit_tasks'
-                 ORDER BY indexname`).map((r) => r.indexname);
+    const indexes = () => indexNames(sql, "orbit_tasks");
     const after = [
       "orbit_tasks_cancelled_idx",
       "orbit_tasks_claim_idx",
