@@ -491,11 +491,12 @@ export class SharedWorkers implements WorkerService {
 
   /** Claims up to `max` tasks for the session and records the dispatches owned here. */
   async #claim(s: Session, max: number): Promise<TaskPayload[]> {
-    // The claim's claimed_ms, unique per claim of this process: a claim whose answer is lost
-    // is found again by it (#recoverLostClaims).
+    // Nothing announced since this session's last claim found nothing (#empty).
     const gen = this.#remoteGen;
     const empty = this.#empty.get(s.session_id);
     if (empty && empty.gen === gen && this.opts.now() - empty.ms < POLL_RECHECK_MS) return [];
+    // The claim's claimed_ms, unique per claim of this process: a claim whose answer is lost
+    // is found again by it (#recoverLostClaims).
     const now = this.#lastClaimMs = Math.max(this.opts.now(), this.#lastClaimMs + 1);
     let rows: ClaimedRow[];
     try {
