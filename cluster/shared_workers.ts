@@ -643,7 +643,8 @@ export class SharedWorkers implements WorkerService {
     try {
       await this.#q(text, [row.token]);
       if (text === q.REQUEUE_TASK) {
-        this.#remoteGen++; // the row may be another node's execution's: claimed, not in #local
+        // The row may be another node's execution's (claimed here, so not in #local).
+        this.wakeRemote();
         this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
       }
     } catch (e) {
