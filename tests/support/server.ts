@@ -10,7 +10,7 @@ export const MAIN = `${ROOT}main.ts`;
  * compile`, the Dockerfile, the Kubernetes manifests; tests/v8_flags_test.ts keeps them equal),
  * so tests and benchmarks run the server as it is deployed.
  */
-export const SERVER_V8_FLAGS = "--v8-flags=--max-semi-space-size=2,--heap-growing-percent=50";
+export const SERVER_V8_FLAGS = "--v8-flags=--max-semi-space-size=8,--heap-growing-percent=50";
 
 export interface ServerProcess {
   url: string;
