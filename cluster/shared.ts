@@ -704,14 +704,15 @@ export class SharedNode implements ClusterView, RemoteCommands {
       if (st) { for (const { token } of liveTokens(st)) live.add(token); }
     }
     const claimedBy = new Map<string, string | null>();
+    let requeued = false;
     for (const t of tasks) {
       if (t.token) claimedBy.set(t.token, t.claimed_by);
       if (t.state === "claimed" && t.token && t.claimed_by === from && !live.has(t.token)) {
         await this.#sql("hb")(q.REQUEUE_TASK, [t.token]);
-        this.#workers?.wakeRemote();
-        this.notify([{ channel: "orbit_tasks", payload: "" }]);
+        requeued = true;
       }
     }
+    if (requeued) this.#workers!.requeued(); // one announcement for all of them
     // Attempts the previous owner handed out itself (its claims and eager dispatches; a row
     // gone too) are redelivered after a session timeout unless their result comes: the answer
     // that carried one may have died with it. Those another server handed out stay in flight

@@ -243,6 +243,15 @@ export class SharedWorkers implements WorkerService {
   }
 
   /**
+   * Claimed rows went back on the queue (#release, a takeover): they may be any node's
+   * executions', so polls here and on the other nodes look again.
+   */
+  requeued(): void {
+    this.wakeRemote();
+    this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
+  }
+
+  /**
    * A new execution's first task for a poll waiting here, dispatched in the start's commit
    * (its row written claimed, as for a result's eager dispatch): no claim statement and no
    * second commit. The poll is set aside (no wake-up reaches it) until the commit answers.
@@ -642,11 +651,8 @@ export class SharedWorkers implements WorkerService {
   async #release(text: string, row: { token: string; execution_id: string }): Promise<void> {
     try {
       await this.#q(text, [row.token]);
-      if (text === q.REQUEUE_TASK) {
-        // The row may be another node's execution's (claimed here, so not in #local).
-        this.wakeRemote();
-        this.opts.notify([{ channel: "orbit_tasks", payload: "" }]);
-      }
+      // The row may be another node's execution's (claimed here, so not in #local).
+      if (text === q.REQUEUE_TASK) this.requeued();
     } catch (e) {
       if (this.#stopped) return;
       log.engine.warn("cannot release a claimed task row; retrying in 1 s", {
