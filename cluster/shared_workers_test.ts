@@ -28,6 +28,21 @@ function sharedWorkers(executions: Executions, sql: SharedWorkersOptions["sql"],
 }
 
 /**
+ * The engine faked for SharedWorkers: no executions held, none elsewhere, every owned load
+ * found; `parts` replaces or adds what a test needs (`command`, `stateOf`, `remote`, …).
+ */
+function fakeExecutions(parts: Record<string, unknown> = {}): Executions {
+  return {
+    observer: null,
+    active: new Map(),
+    remote: null,
+    loadOwned: () => Promise.resolve(true),
+    stateOf: () => undefined,
+    ...parts,
+  } as unknown as Executions;
+}
+
+/**
  * `real`'s statements, each seen first by `see` (which may throw to refuse it) and, once it has
  * answered, by `answered`.
  */
@@ -91,17 +106,13 @@ Deno.test({
         },
       },
     };
-    const executions = {
-      observer: null,
-      active: new Map(),
-      remote: null,
-      loadOwned: () => Promise.resolve(true),
+    const executions = fakeExecutions({
       stateOf: () => state,
       command: (id: string, cmd: { type: string; step: string }) => {
         dispatches.push([id, cmd.type, cmd.step]);
         return Promise.resolve({ accepted: true, state });
       },
-    } as unknown as Executions;
+    });
     const workers = sharedWorkers(executions, sql, "node-1");
     try {
       await sql`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
@@ -164,12 +175,7 @@ async function claimSetup() {
   const url = await migratedDatabase();
   const sql = postgresClient(url, { max: 2, applicationName: "orbit-test" });
   const dispatched: string[] = [];
-  const executions = {
-    observer: null,
-    active: new Map(),
-    remote: null,
-    loadOwned: () => Promise.resolve(true),
-    stateOf: () => undefined,
+  const executions = fakeExecutions({
     command: (id: string, cmd: { step: string }) => {
       dispatched.push(id);
       return Promise.resolve({
@@ -180,7 +186,7 @@ async function claimSetup() {
         },
       });
     },
-  } as unknown as Executions;
+  });
   const workers = sharedWorkers(executions, sql, A);
   let n = 0;
   /** A queued task row of execution `id`, owned by `owner`, enqueued at `at`. */
@@ -335,14 +341,9 @@ Deno.test({
       refuse--;
       throw Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
     });
-    const executions = {
-      observer: null,
-      active: new Map(),
-      remote: null,
-      loadOwned: () => Promise.resolve(true),
-      stateOf: () => undefined,
+    const executions = fakeExecutions({
       command: () => Promise.reject(new Error("STORAGE_ERROR: read ECONNRESET")),
-    } as unknown as Executions;
+    });
     const workers = sharedWorkers(executions, sql, "node-1");
     try {
       await real`INSERT INTO orbit_owners (execution_id, root_id, node_id, epoch, since_ms)
@@ -388,12 +389,7 @@ Deno.test({
     const real = postgresClient(url, { max: 4, applicationName: "orbit-test" });
     const { sql, claims } = countingClaims(real);
     const dispatched: string[] = [];
-    const executions = {
-      observer: null,
-      active: new Map(),
-      remote: null,
-      loadOwned: () => Promise.resolve(true),
-      stateOf: () => undefined,
+    const executions = fakeExecutions({
       command: (id: string, cmd: { step: string }) => {
         dispatched.push(id);
         return Promise.resolve({
@@ -401,7 +397,7 @@ Deno.test({
           state: { execution_id: id, steps: { [cmd.step]: { redelivery: false } } },
         });
       },
-    } as unknown as Executions;
+    });
     const workers = sharedWorkers(executions, sql, "node-1");
     try {
       const session = await workers.register({
@@ -519,9 +515,7 @@ Deno.test({
     const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     const forwards: unknown[] = [];
     const dispatched: string[] = [];
-    const executions = {
-      observer: null,
-      active: new Map(),
+    const executions = fakeExecutions({
       remote: {
         forward: (id: string, cmd: { type: string; token: string }) => {
           forwards.push([id, cmd.type, cmd.token]);
@@ -529,8 +523,6 @@ Deno.test({
         },
       },
       holds: () => false,
-      loadOwned: () => Promise.resolve(true),
-      stateOf: () => undefined,
       serial: <T>(_id: string, fn: () => Promise<T>) => fn(),
       command: (id: string, cmd: { step: string }) => {
         dispatched.push(id);
@@ -542,7 +534,7 @@ Deno.test({
           },
         });
       },
-    } as unknown as Executions;
+    });
     // The first claim commits, and its caller hears that the connection closed.
     let lose = true;
     const lossy: SharedWorkersOptions["sql"] = {
@@ -684,13 +676,9 @@ Deno.test({
     const url = await migratedDatabase();
     const real = postgresClient(url, { max: 2, applicationName: "orbit-test" });
     const { sql, claims } = countingClaims(real);
-    const executions = {
-      observer: null,
-      active: new Map(),
-      remote: null,
+    const executions = fakeExecutions({
       loadOwned: () => Promise.resolve(false),
-      stateOf: () => undefined,
-    } as unknown as Executions;
+    });
     const workers = sharedWorkers(executions, sql, "node-1");
     let n = 0;
     const queueElsewhere = async () => {
