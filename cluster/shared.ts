@@ -712,7 +712,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
         requeued = true;
       }
     }
-    if (requeued) this.#workers!.requeued(); // one announcement for all of them
+    if (requeued) this.#workers?.requeued(); // one announcement for all of them
     // Attempts the previous owner handed out itself (its claims and eager dispatches; a row
     // gone too) are redelivered after a session timeout unless their result comes: the answer
     // that carried one may have died with it. Those another server handed out stay in flight
