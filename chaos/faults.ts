@@ -8,7 +8,7 @@ import postgres from "postgres";
 import type { FaultRecord } from "./checker.ts";
 import { type Deployment, NODE_TIMEOUT_S, SESSION_TIMEOUT_S } from "./deployment.ts";
 import type { FaultProxy } from "./fault_proxy.ts";
-import type { Rng } from "./rng.ts";
+import { type Rng, rng } from "./rng.ts";
 import type { PgServer } from "../tests/support/pg.ts";
 
 export const FAULT_KINDS = [
@@ -27,6 +27,7 @@ export const FAULT_KINDS = [
   "db-drop",
   "db-blackhole",
   "db-delay",
+  "db-cut-storm",
 ] as const;
 export type FaultKind = typeof FAULT_KINDS[number];
 
@@ -38,7 +39,15 @@ const PG_ONLY: ReadonlySet<FaultKind> = new Set([
   "db-drop",
   "db-blackhole",
   "db-delay",
+  "db-cut-storm",
 ]);
+
+/**
+ * Not one fault but a condition of the whole window: every database connection of the servers
+ * is cut every 0.5–1.5 s while the load runs (a proxy, pgbouncer or an idle-connection killer
+ * gone wrong). It runs beside the other kinds, not in their turn.
+ */
+export const STORM: FaultKind = "db-cut-storm";
 
 /** What an attached run may do: its own workers and their link, nothing of the deployment's. */
 export const ATTACH_FAULTS: readonly FaultKind[] = FAULT_KINDS.filter((k) =>
@@ -86,6 +95,8 @@ export class FaultScheduler {
   readonly counts: Record<string, number> = {};
   #stopping = false;
   #done: Promise<void> | null = null;
+  /** Faults of the turn-taking loop applied so far (the storm's cuts are not among them). */
+  #applied = 0;
 
   constructor(
     readonly t: FaultTargets,
@@ -97,7 +108,34 @@ export class FaultScheduler {
   ) {}
 
   start(untilMs: number): void {
-    this.#done = this.#loop(untilMs);
+    const storm = this.kinds.includes(STORM) && this.t.dbLink !== null;
+    // The storm's timings come from their own sequence, so the other kinds stay the seed's.
+    const stormRng = storm ? rng(Math.floor(this.rng.next() * 2 ** 32)) : null;
+    const kinds = this.kinds.filter((k) => k !== STORM);
+    this.#done = Promise.all([
+      this.#loop(untilMs, kinds),
+      stormRng ? this.#storm(untilMs, stormRng) : Promise.resolve(),
+    ]).then(() => {});
+  }
+
+  /** `db-cut-storm`: cuts every database connection every 0.5–1.5 s until the window ends. */
+  async #storm(untilMs: number, random: Rng): Promise<void> {
+    while (!this.#stopping && Date.now() < untilMs) {
+      const end = Date.now() + random.int(500, 1500);
+      while (!this.#stopping && Date.now() < end) await sleep(Math.min(100, end - Date.now()));
+      if (this.#stopping || Date.now() >= untilMs) break;
+      const at = Date.now();
+      const cut = this.t.dbLink!.drop();
+      this.faults.push({
+        kind: STORM,
+        target: `${cut} connections`,
+        at_ms: at,
+        end_ms: at,
+        recovery_ms: null,
+      });
+      this.counts[STORM] = (this.counts[STORM] ?? 0) + 1;
+    }
+    this.log(`fault ${STORM}: ${this.counts[STORM] ?? 0} cuts`);
   }
 
   /** Stops after the fault in progress, then heals every link and resumes every process. */
@@ -121,16 +159,14 @@ export class FaultScheduler {
     }
   }
 
-  async #loop(untilMs: number): Promise<void> {
-    if (this.kinds.length === 0) return;
+  async #loop(untilMs: number, kinds: FaultKind[]): Promise<void> {
+    if (kinds.length === 0) return;
     while (!this.#stopping && Date.now() < untilMs) {
       const wait = this.rng.int(1000, 3000);
       const end = Date.now() + wait;
       while (!this.#stopping && Date.now() < end) await sleep(Math.min(200, end - Date.now()));
       if (this.#stopping || Date.now() >= untilMs) break;
-      const kind = this.inOrder
-        ? this.kinds[this.faults.length % this.kinds.length]!
-        : this.rng.pick(this.kinds);
+      const kind = this.inOrder ? kinds[this.#applied++ % kinds.length]! : this.rng.pick(kinds);
       const at = Date.now();
       let target = "";
       try {
@@ -236,6 +272,7 @@ export class FaultScheduler {
         link.heal();
         return `${lag} ms per chunk for ${ms} ms`;
       }
+      case "db-cut-storm": // runs beside the loop (#storm), never in its turn
       case "db-drop":
         return `${this.t.dbLink!.drop()} connections`;
       case "pg-terminate": {

@@ -31,6 +31,7 @@ import {
   DuplicateExecutionError,
   type ExecutionRow,
   FencedError,
+  HistoryConflictError,
   InboxGoneError,
   ownerFencedError,
   type Store,
@@ -76,6 +77,24 @@ export interface StartOffer {
   deliver(state: ExecutionState): void;
   /** The dispatch did not happen: the poll waits on. */
   release(): void;
+}
+
+/**
+ * An append whose outcome is unknown (#suspect): the item sent and what memory would have
+ * installed had it answered. `item` is absent once the append is resolved and only the rebuild
+ * from history is left to do.
+ */
+interface Doubt {
+  timer: ReturnType<typeof setTimeout> | null;
+  append?: {
+    item: AppendItem;
+    prev: ExecutionState | null;
+    next: ExecutionState;
+    def: WorkflowDoc;
+    events: HistoryEvent[];
+    /** Its dispatches were handed to their workers already (a claim's, through the inbox). */
+    delivered: boolean;
+  };
 }
 
 interface Active {
@@ -202,10 +221,11 @@ export class Executions {
   readonly #observers: ExecutionObserver[] = [];
   /**
    * Executions whose last append failed in a way that may have written it (a connection lost
-   * after COMMIT was sent): memory may be behind the history. They are rebuilt from history
-   * before their next command, and in the background until that works (see #resync).
+   * after COMMIT was sent, perhaps still to land): memory may be behind the history. Nothing
+   * more happens to one before its doubt is resolved (#resync: the same append committed again
+   * decides it), before its next command and in the background until that works.
    */
-  readonly #suspect = new Map<string, ReturnType<typeof setTimeout> | null>();
+  readonly #suspect = new Map<string, Doubt>();
   /** Shared mode: where commands for executions owned elsewhere go. */
   remote: RemoteCommands | null = null;
   /** Running executions not held in memory (evicted, or not loaded at start). */
@@ -320,7 +340,7 @@ export class Executions {
     if (a) { for (const t of a.timers) clearTimeout(t); }
     this.#active.delete(id);
     this.opts.ownership?.epochs.delete(id);
-    const timer = this.#suspect.get(id);
+    const timer = this.#suspect.get(id)?.timer;
     if (timer) clearTimeout(timer);
     this.#suspect.delete(id);
     // Its waits follow it from the database now (NOTIFY orbit_done from its new owner).
@@ -365,6 +385,14 @@ export class Executions {
   /** Whether the execution is held in memory here. */
   holds(id: string): boolean {
     return this.#active.has(id);
+  }
+
+  /**
+   * Whether an append of the execution has an unknown outcome that is not resolved yet (see
+   * #resync): until it is, memory may be behind the history, and nothing more happens to it.
+   */
+  inDoubt(id: string): boolean {
+    return this.#suspect.has(id);
   }
 
   /** How many executions memory holds. */
@@ -412,6 +440,8 @@ export class Executions {
       // Starting an existing id is a no-op that returns it. A running one is in memory; a
       // finished one is found by the insert itself (DuplicateExecutionError below), so a new
       // start costs no read — except at the limit, where an existing id still answers 200.
+      // An earlier attempt whose commit has an unknown outcome is resolved first.
+      if (this.#suspect.has(id)) await this.#resync(id);
       const a = this.#active.get(id);
       if (a) return { created: false, row: rowOf(a.state, this.clock.now()) };
       // Starts of other ids run at the same time: those still committing hold a slot too.
@@ -464,7 +494,14 @@ export class Executions {
             const existing = await this.#adopt(id);
             if (existing) return { created: false, row: existing };
           } else if (!(e instanceof FencedError)) {
-            this.#markSuspect(id);
+            this.#markSuspect(id, {
+              item,
+              prev: null,
+              next: d.state,
+              def,
+              events: d.events,
+              delivered: false,
+            });
           }
           throw storageError(e);
         }
@@ -526,8 +563,9 @@ export class Executions {
       if (d.events.length === 0) {
         return { accepted: d.accepted, state: a.state, followed, events: [] };
       }
+      const item = this.#item(a.state, d.state, d.events, now, false, inbox);
       try {
-        await this.committer.append(this.#item(a.state, d.state, d.events, now, false, inbox));
+        await this.committer.append(item);
       } catch (e) {
         // Memory stays as it was: the engine changes state only after a commit. The commit
         // may have landed all the same; the execution is rebuilt from history before it
@@ -535,8 +573,17 @@ export class Executions {
         // taken by another server, or an inbox entry gone: nothing was written, memory is
         // right.
         if (e instanceof TaskTakenError || e instanceof InboxGoneError) throw e;
-        if (!(e instanceof FencedError)) this.#markSuspect(id);
-        else this.#fenced(id, e);
+        if (!(e instanceof FencedError)) {
+          this.#markSuspect(id, {
+            item,
+            prev: a.state,
+            next: d.state,
+            def: a.def,
+            events: d.events,
+            // An inbox `dispatched` records what a claim handed to a worker already.
+            delivered: cmd.type === "dispatch" && (inbox?.length ?? 0) > 0,
+          });
+        } else this.#fenced(id, e);
         throw storageError(e);
       }
       this.#install(id, a.state, d.state, a.def, d.events);
@@ -992,21 +1039,30 @@ export class Executions {
     if (!cmd) return;
     const now = this.clock.now();
     const d = await decide(def, null, cmd, { now, newId: this.clock.newId });
+    const item = this.#item(ended, d.state, d.events, now, false);
     try {
-      await this.committer.append(this.#item(ended, d.state, d.events, now, false));
+      await this.committer.append(item);
     } catch (e) {
       if (e instanceof FencedError) {
         this.#fenced(id, e);
         return;
       }
-      // The row stays `continued` unless the commit landed after all: the resync reads the
-      // row and either loads the next run or starts it again (so does recovery after a
-      // restart). A blind retry could start a second next run.
+      // The row stays `continued` unless the commit landed after all: the resync commits the
+      // same next run again (its run id and events), which either lands or finds that it had
+      // (recovery after a restart starts it again from the row). A new decision could start a
+      // second next run.
       log.engine.error("cannot start the next run after continue-as-new; retrying", {
         execution_id: id,
         error: (e as Error).message,
       });
-      if (!(e instanceof FencedError)) this.#markSuspect(id);
+      this.#markSuspect(id, {
+        item,
+        prev: null,
+        next: d.state,
+        def,
+        events: d.events,
+        delivered: false,
+      });
       return;
     }
     log.engine.info("execution continued as new", {
@@ -1020,7 +1076,7 @@ export class Executions {
   stop(): void {
     this.#stopped = true;
     clearInterval(this.#wakePoll);
-    for (const t of this.#suspect.values()) if (t) clearTimeout(t);
+    for (const { timer } of this.#suspect.values()) if (timer) clearTimeout(timer);
     for (const a of this.#active.values()) for (const t of a.timers) clearTimeout(t);
     for (const set of this.#waiters.values()) for (const w of [...set]) w();
   }
@@ -1061,40 +1117,119 @@ export class Executions {
     return await this.store.getExecution(id);
   }
 
-  /** Marks an execution for a rebuild from history, and keeps trying until one works. */
-  #markSuspect(id: string, delayMs = 50): void {
+  /**
+   * Marks an execution whose append has an unknown outcome (`append`; none: resolved, only the
+   * rebuild is left), and keeps resolving it in the background until that works.
+   */
+  #markSuspect(id: string, append?: Doubt["append"], delayMs = 50): void {
     if (this.#stopped || this.opts.readOnly) return;
     const old = this.#suspect.get(id);
-    if (old) clearTimeout(old);
-    const t = setTimeout(() => {
-      if (this.#stopped || !this.#suspect.has(id)) return;
-      this.#suspect.set(id, null);
+    if (old?.timer) clearTimeout(old.timer);
+    const doubt: Doubt = { timer: null, append: append ?? old?.append };
+    doubt.timer = setTimeout(() => {
+      if (this.#stopped || this.#suspect.get(id) !== doubt) return;
+      doubt.timer = null;
       this.serial(id, () => this.#suspect.has(id) ? this.#resync(id) : Promise.resolve())
         .catch((e) => {
-          log.engine.warn("cannot re-read an execution after a failed commit; retrying in 1 s", {
+          log.engine.warn("cannot resolve a commit with an unknown outcome; retrying in 1 s", {
             execution_id: id,
             error: (e as Error).message,
           });
-          if (this.#suspect.has(id)) this.#markSuspect(id, 1000);
         });
     }, delayMs);
-    this.#suspect.set(id, t);
+    this.#suspect.set(id, doubt);
+  }
+
+  /**
+   * Resolves an append whose outcome is unknown by committing the same append again (runs
+   * inside `serial`). The first attempt may still be in flight on a connection this process
+   * gave up on, so no read can tell whether it will land; its events' primary key (run, seq)
+   * can: exactly one of the two commits, and the second answers only after the first has
+   * committed or rolled back. Answers true when that settles it: this commit landed (memory
+   * installs the append as if the first had answered, and marks its dispatches uncertain:
+   * no worker got them), another server owns the execution now (fenced), or another server
+   * took the task it dispatched (nothing of it landed). False: the first attempt landed (the
+   * history has the events, or the inbox entries it applied are gone), and the caller rebuilds
+   * memory from the history. Throws while the outcome is still unknown.
+   */
+  async #recommit(id: string, append: NonNullable<Doubt["append"]>): Promise<boolean> {
+    try {
+      await this.committer.append(append.item);
+    } catch (e) {
+      if (e instanceof FencedError) {
+        this.#suspect.delete(id);
+        this.#fenced(id, e);
+        return true;
+      }
+      if (e instanceof TaskTakenError) {
+        this.#suspect.delete(id);
+        return true;
+      }
+      if (
+        e instanceof HistoryConflictError || e instanceof DuplicateExecutionError ||
+        e instanceof InboxGoneError
+      ) {
+        return false;
+      }
+      throw e;
+    }
+    this.#suspect.delete(id);
+    this.#held(append.item);
+    log.engine.warn("committed again an append whose outcome was unknown", {
+      execution_id: id,
+      events: append.events.length,
+    });
+    this.#install(id, append.prev, append.next, append.def, append.events);
+    if (!append.delivered) this.#uncertainDispatches(id, append.next, append.events);
+    if (append.next.continued) await this.#continue(append.next, append.def);
+    return true;
+  }
+
+  /** Dispatches committed by a request that failed: no worker got them; they go out again. */
+  #uncertainDispatches(id: string, state: ExecutionState, events: readonly HistoryEvent[]): void {
+    for (const e of events) {
+      if (e.type !== "StepDispatched" || state.phase === "closed") continue;
+      const token = (e as { token?: string }).token;
+      if (!token) continue;
+      this.uncertain(
+        id,
+        token,
+        "the dispatch was committed, but the request that made it failed before the worker " +
+          "got the task",
+      );
+    }
   }
 
   /**
    * Brings memory level with the stored history after an append whose outcome is unknown
-   * (runs inside `serial`). Nothing landed: memory is right. Something landed: the execution
-   * is rebuilt from its history and installed as if that commit had answered, so waiters,
-   * timers, the queue and the observers see the landed events. A dispatch among them was
-   * never handed to its worker (the request that made it failed): it is marked uncertain at
-   * once, and redelivered with the same idempotency key. Throws when the store cannot be
-   * read; the execution then stays marked.
+   * (runs inside `serial`): first the append is resolved (#recommit); when the earlier
+   * attempt landed after all, or when no append is in doubt (a start of an id memory does not
+   * hold), the execution is rebuilt from its history and installed as if that commit had
+   * answered, so waiters, timers, the queue and the observers see the landed events. A
+   * dispatch among them was never handed to its worker (the request that made it failed): it
+   * is marked uncertain at once, and redelivered with the same idempotency key. Throws when
+   * the store cannot be reached; the execution then stays marked.
    */
   async #resync(id: string): Promise<void> {
+    const doubt = this.#suspect.get(id);
+    if (doubt?.timer) clearTimeout(doubt.timer);
+    try {
+      await this.#settleDoubt(id, doubt);
+    } catch (e) {
+      // Still unknown, or the history cannot be read: tried again in the background.
+      if (this.#suspect.has(id)) this.#markSuspect(id, undefined, 1000);
+      throw e;
+    }
+  }
+
+  async #settleDoubt(id: string, doubt: Doubt | undefined): Promise<void> {
+    if (doubt?.append) {
+      if (await this.#recommit(id, doubt.append)) return;
+      // Landed earlier: the history is complete now; what is left is the rebuild.
+      doubt.append = undefined;
+    }
     const row = await this.store.getExecution(id);
     const a = this.#active.get(id);
-    const timer = this.#suspect.get(id);
-    if (timer) clearTimeout(timer);
     this.#suspect.delete(id);
     if (!row) return; // a start that did not land
     if (a && row.run_id === a.state.run_id && row.last_seq === a.state.last_seq) return;
@@ -1122,7 +1257,7 @@ export class Executions {
     try {
       events = await readRun(this.store, row.run_id);
     } catch (e) {
-      this.#markSuspect(id, 1000);
+      this.#suspect.set(id, { timer: null });
       throw e;
     }
     const state = replay(events);
@@ -1134,17 +1269,7 @@ export class Executions {
       landed_events: landed.length,
     });
     this.#install(id, a?.state ?? null, state, def, landed);
-    for (const e of landed) {
-      if (e.type !== "StepDispatched" || state.phase === "closed") continue;
-      const token = (e as { token?: string }).token;
-      if (!token) continue;
-      this.uncertain(
-        id,
-        token,
-        "the dispatch was committed, but the request that made it failed before the worker " +
-          "got the task",
-      );
-    }
+    this.#uncertainDispatches(id, state, landed);
     if (state.continued) await this.#continue(state, def);
   }
 

@@ -43,6 +43,7 @@ import {
   type ExecutionPage,
   type ExecutionRow,
   FencedError,
+  HistoryConflictError,
   InboxGoneError,
   type ListExecutionsQuery,
   ownerFencedError,
@@ -284,7 +285,7 @@ function commitError(e: unknown, rows: CommitRowParam[]): unknown {
     return new DuplicateExecutionError(id);
   }
   if (pg.constraint_name === "execution_events_pkey") {
-    return new Error(
+    return new HistoryConflictError(
       `Cannot commit: an event with this run and seq exists already (${pg.detail}); ` +
         "another writer appended to the run",
       { cause: e },

@@ -27,6 +27,7 @@ import {
   encodeListCursor,
   type ExecutionPage,
   type ExecutionRow,
+  HistoryConflictError,
   type ListExecutionsQuery,
   type ScheduleAdvance,
   type ScheduleClaim,
@@ -274,7 +275,23 @@ class SqliteStore implements Store {
           }
           const { run_id, execution_id } = row;
           for (const ev of item.events) {
-            insertEvent.run(run_id, ev.seq, execution_id, ev.type, ev.time_ms, JSON.stringify(ev));
+            try {
+              insertEvent.run(
+                run_id,
+                ev.seq,
+                execution_id,
+                ev.type,
+                ev.time_ms,
+                JSON.stringify(ev),
+              );
+            } catch (e) {
+              if (!/UNIQUE constraint failed: execution_events/.test((e as Error).message)) throw e;
+              throw new HistoryConflictError(
+                `Cannot commit: an event with this run and seq exists already (run ${run_id}, ` +
+                  `seq ${ev.seq}); another writer appended to the run`,
+                { cause: e },
+              );
+            }
           }
         }
       })

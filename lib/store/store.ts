@@ -387,6 +387,17 @@ export interface Store {
   executionIdsBetween(lo: string, hi: string, limit: number): Promise<string[]>;
 }
 
+/**
+ * Raised by `commit` when an event's (run, seq) is in the history already: another append of
+ * that run landed first. Nothing of the commit was written. For an append whose first attempt
+ * failed with an unknown outcome and is committed again to find out, this is the answer
+ * "the first attempt landed": the primary key lets exactly one of the two commit, and this
+ * error comes only once the other has committed.
+ */
+export class HistoryConflictError extends Error {
+  override name = "HistoryConflictError";
+}
+
 /** Raised by `listExecutions` for a cursor it did not issue (a client error: answer 400). */
 export class InvalidCursorError extends Error {
   override name = "InvalidCursorError";
