@@ -5,6 +5,9 @@
  * - every started execution is terminal, or running only on a declared wait (a `wait_signal`
  *   the driver chose never to answer);
  * - seqs are 1..n without a gap in every run;
+ * - the row equals a replay of its current run's history: status, output and error of a
+ *   closed run, and a last_seq never past the history's end (`history`,
+ *   lib/store/history_check.ts);
  * - event order is legal per step: scheduled → dispatched (→ uncertain → dispatched again) →
  *   one result per attempt; a retry only after a failure that said it would retry; nothing
  *   after the run's terminal event;
@@ -32,6 +35,8 @@
  */
 import { isDeepStrictEqual } from "node:util";
 import type { Event, Snapshot } from "./history_db.ts";
+import { historyProblems } from "../lib/store/history_check.ts";
+import type { HistoryEvent } from "../lib/engine/events.ts";
 
 export interface Attempt {
   execution_id: string;
@@ -235,6 +240,8 @@ export function check(input: CheckInput): CheckResult {
   for (const ex of snapshot.executions) {
     const events = snapshot.events.get(ex.execution_id) ?? [];
     eventCount += events.length;
+    const current = events.filter((e) => e.run_id === ex.run_id) as unknown as HistoryEvent[];
+    for (const p of historyProblems(ex, current)) add("history", ex.execution_id, p);
     if (!TERMINAL_STATUS.has(ex.status)) {
       const declared = startById.get(ex.execution_id)?.declaredWait === true;
       const waiting = openSignalWait(events.filter((e) => e.run_id === ex.run_id));

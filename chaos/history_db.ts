@@ -13,6 +13,10 @@ export interface ExecRow {
   run_id: string;
   workflow: string;
   status: string;
+  /** Read from the database (not through the API): the row's output, error and last_seq. */
+  output?: unknown;
+  error?: unknown;
+  last_seq?: number;
 }
 
 // deno-lint-ignore no-explicit-any
@@ -46,8 +50,8 @@ export async function readSnapshot(db: string, tag: string): Promise<Snapshot> {
     const sql = postgres(db, { max: 1, onnotice: () => {} });
     try {
       executions = await sql.unsafe<ExecRow[]>(
-        `SELECT execution_id, run_id, workflow, status FROM workflow_executions
-          WHERE execution_id LIKE $1`,
+        `SELECT execution_id, run_id, workflow, status, output, error, last_seq::int AS last_seq
+           FROM workflow_executions WHERE execution_id LIKE $1`,
         [like],
       );
       raw = await sql.unsafe<typeof raw>(
@@ -69,10 +73,15 @@ export async function readSnapshot(db: string, tag: string): Promise<Snapshot> {
   } else {
     const d = new DatabaseSync(db, { readOnly: true });
     try {
-      executions = d.prepare(
-        `SELECT execution_id, run_id, workflow, status FROM workflow_executions
-          WHERE execution_id LIKE ?`,
-      ).all(like) as unknown as ExecRow[];
+      executions = (d.prepare(
+        `SELECT execution_id, run_id, workflow, status, output, error, last_seq
+           FROM workflow_executions WHERE execution_id LIKE ?`,
+      ).all(like) as unknown as ExecRow[]).map((r) => ({
+        ...r,
+        output: typeof r.output === "string" ? JSON.parse(r.output) : r.output,
+        error: typeof r.error === "string" ? JSON.parse(r.error) : r.error,
+        last_seq: Number(r.last_seq),
+      }));
       raw = d.prepare(
         `SELECT execution_id, run_id, seq, data FROM execution_events
           WHERE execution_id LIKE ? ORDER BY execution_id, time_ms, run_id, seq`,

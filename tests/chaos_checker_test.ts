@@ -404,3 +404,23 @@ Deno.test("chaos checker: a wait answered with a terminal status the history's r
     "wait-answer",
   ]);
 });
+
+Deno.test("chaos checker: a row that a replay of its history does not give is named (history)", () => {
+  // The checker can fail: a gap of one append (StepSucceeded and the next StepScheduled) in a
+  // history whose row says completed.
+  const gap = clean();
+  gap.splice(3, 2);
+  assert.ok(rules(input(gap)).includes("history"), "a lost append");
+  // The row closed, the history still running (its closing append lost).
+  assert.ok(rules(input(clean().slice(0, -1))).includes("history"), "a lost closing append");
+  // Output and last_seq of the row against the replay.
+  const bad = input(clean());
+  bad.snapshot.executions[0]!.output = { other: true };
+  bad.snapshot.executions[0]!.last_seq = 8;
+  assert.deepEqual(rules(bad), ["history"]);
+  const ahead = input(clean());
+  ahead.snapshot.executions[0]!.last_seq = 9;
+  assert.deepEqual(check(ahead).violations.map((v) => v.message), [
+    "row last_seq 9 is past the history's end (seq 8)",
+  ]);
+});

@@ -15,10 +15,12 @@ import {
   type DefinitionRow,
   DuplicateExecutionError,
   type ExecutionRow,
+  HistoryConflictError,
   InvalidCursorError,
   type Store,
 } from "./store.ts";
 import { runScheduleConformance } from "./store_conformance_schedules.ts";
+import { historyProblems } from "./history_check.ts";
 
 export interface ConformanceOptions {
   /** A new store on the same database as `store` (which may be closed by then). */
@@ -110,6 +112,31 @@ export function runStoreConformance(
         await store.close();
       }
     });
+
+  test("an append whose events exist already raises HistoryConflictError and writes nothing; every history stays whole", async (store) => {
+    const a = createItem("a");
+    const b = createItem("b");
+    await store.commit([a, b]);
+    const a2 = appendItem(a.row, 2);
+    const b2 = { ...appendItem(b.row, 1), steady: true };
+    await store.commit([a2, b2]);
+    // The same append again (an append in doubt, committed again to resolve it), alone and in a
+    // batch with another execution's append: refused whole, the other's events not written.
+    await assert.rejects(store.commit([a2]), HistoryConflictError);
+    const b3 = appendItem(b2.row, 1);
+    await assert.rejects(store.commit([b3, a2]), HistoryConflictError);
+    assert.equal((await store.getExecution("b"))?.last_seq, 2);
+    await store.commit([b3]);
+    for (const id of ["a", "b"]) {
+      const row = (await store.getExecution(id))!;
+      const events = await store.readHistory(row.run_id, 0, 100);
+      assert.deepEqual(historyProblems(row, events), [], id);
+    }
+    // The check fails loudly on a gap: the history without its second event.
+    const row = (await store.getExecution("a"))!;
+    const events = await store.readHistory(row.run_id, 0, 100);
+    assert.match(historyProblems(row, [events[0]!, ...events.slice(2)]).join(), /gap/);
+  });
 
   test("migrate() twice is idempotent", async (store) => {
     await store.migrate();
