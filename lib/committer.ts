@@ -7,7 +7,7 @@
  */
 import { setImmediate } from "node:timers";
 import type { AppendItem, Store } from "./store/store.ts";
-import { DuplicateExecutionError, FencedError } from "./store/store.ts";
+import { DuplicateExecutionError, FencedError, InboxGoneError } from "./store/store.ts";
 import type { Metrics } from "./metrics.ts";
 
 interface Pending {
@@ -71,9 +71,11 @@ export class GroupCommitter {
   /**
    * `batchError`: this is an item of a failed batch, retried alone. That batch may have landed
    * although it reported an error (a connection lost in its commit): a create then fails here
-   * as a duplicate of itself, which would tell its caller that another start made it. It gets
-   * the batch's error instead, whose outcome is unknown: the caller rebuilds the execution from
-   * history.
+   * as a duplicate of itself, which would tell its caller that another start made it, and an
+   * append that applied inbox entries finds them gone, which would tell it that nothing was
+   * written (shared mode: the owner's memory stayed behind a dispatch that landed, and the
+   * worker's result for it was refused). It gets the batch's error instead, whose outcome is
+   * unknown: the caller resolves it (Executions.#recommit) and rebuilds from the history.
    */
   async #commit(batch: Pending[], batchError?: unknown): Promise<void> {
     const started = performance.now();
@@ -82,9 +84,10 @@ export class GroupCommitter {
       result = await this.store.commit(batch.map((p) => p.item));
     } catch (e) {
       if (batch.length === 1 || e instanceof FencedError) {
-        const error = batchError !== undefined && e instanceof DuplicateExecutionError
-          ? batchError
-          : e;
+        // What the batch would have done had it landed (the create's row exists, the inbox
+        // entries it applied are gone) is no answer here: the outcome is the batch's, unknown.
+        const landedBatch = e instanceof DuplicateExecutionError || e instanceof InboxGoneError;
+        const error = batchError !== undefined && landedBatch ? batchError : e;
         for (const p of batch) p.reject(error);
         return;
       }
@@ -102,7 +105,10 @@ export class GroupCommitter {
       const id = p.item.row.execution_id;
       const refused = fenced?.get(id) ?? lost?.get(id);
       if (refused) {
-        p.reject(refused);
+        // After a failed batch an inbox entry gone may be the batch's own doing (see above).
+        p.reject(
+          batchError !== undefined && refused instanceof InboxGoneError ? batchError : refused,
+        );
         continue;
       }
       events += p.item.events.length;

@@ -86,6 +86,8 @@ export interface StartOffer {
  */
 interface Doubt {
   timer: ReturnType<typeof setTimeout> | null;
+  /** The append resolved as landed had its dispatches handed out already (see `append`). */
+  delivered?: boolean;
   append?: {
     item: AppendItem;
     prev: ExecutionState | null;
@@ -1125,7 +1127,11 @@ export class Executions {
     if (this.#stopped || this.opts.readOnly) return;
     const old = this.#suspect.get(id);
     if (old?.timer) clearTimeout(old.timer);
-    const doubt: Doubt = { timer: null, append: append ?? old?.append };
+    const doubt: Doubt = {
+      timer: null,
+      append: append ?? old?.append,
+      delivered: append ? false : old?.delivered,
+    };
     doubt.timer = setTimeout(() => {
       if (this.#stopped || this.#suspect.get(id) !== doubt) return;
       doubt.timer = null;
@@ -1226,6 +1232,7 @@ export class Executions {
     if (doubt?.append) {
       if (await this.#recommit(id, doubt.append)) return;
       // Landed earlier: the history is complete now; what is left is the rebuild.
+      doubt.delivered = doubt.append.delivered;
       doubt.append = undefined;
     }
     const row = await this.store.getExecution(id);
@@ -1257,7 +1264,7 @@ export class Executions {
     try {
       events = await readRun(this.store, row.run_id);
     } catch (e) {
-      this.#suspect.set(id, { timer: null });
+      this.#suspect.set(id, { timer: null, delivered: doubt?.delivered });
       throw e;
     }
     const state = replay(events);
@@ -1269,7 +1276,7 @@ export class Executions {
       landed_events: landed.length,
     });
     this.#install(id, a?.state ?? null, state, def, landed);
-    this.#uncertainDispatches(id, state, landed);
+    if (!doubt?.delivered) this.#uncertainDispatches(id, state, landed);
     if (state.continued) await this.#continue(state, def);
   }
 
