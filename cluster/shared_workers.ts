@@ -692,6 +692,9 @@ export class SharedWorkers implements WorkerService {
       if (this.#lostClaims.length === 0) this.#lostHandled.clear();
       for (const row of rows) {
         if (this.#lostHandled.has(row.token)) continue;
+        // Memory answers whether the dispatch was recorded only once no append is in doubt
+        // (throws while the database is away: the next check looks again).
+        if (row.owner_node === this.opts.nodeId) await this.executions.settle(row.execution_id);
         this.#lostHandled.add(row.token);
         log.engine.warn("a claim's answer was lost; its task goes out again", {
           execution_id: row.execution_id,

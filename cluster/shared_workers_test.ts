@@ -38,6 +38,7 @@ function fakeExecutions(parts: Record<string, unknown> = {}): Executions {
     remote: null,
     loadOwned: () => Promise.resolve(true),
     stateOf: () => undefined,
+    settle: () => Promise.resolve(),
     ...parts,
   } as unknown as Executions;
 }

@@ -7,7 +7,12 @@
  */
 import { setImmediate } from "node:timers";
 import type { AppendItem, Store } from "./store/store.ts";
-import { DuplicateExecutionError, FencedError, InboxGoneError } from "./store/store.ts";
+import {
+  DuplicateExecutionError,
+  FencedError,
+  InboxGoneError,
+  TaskTakenError,
+} from "./store/store.ts";
 import type { Metrics } from "./metrics.ts";
 
 interface Pending {
@@ -72,9 +77,11 @@ export class GroupCommitter {
    * `batchError`: this is an item of a failed batch, retried alone. That batch may have landed
    * although it reported an error (a connection lost in its commit): a create then fails here
    * as a duplicate of itself, which would tell its caller that another start made it, and an
-   * append that applied inbox entries finds them gone, which would tell it that nothing was
-   * written (shared mode: the owner's memory stayed behind a dispatch that landed, and the
-   * worker's result for it was refused). It gets the batch's error instead, whose outcome is
+   * append that applied inbox entries finds them gone, and one that takes a queued task row
+   * finds it taken (the batch, still in flight, held the row: this statement read the row as
+   * queued before it, then found it claimed), either of which would tell it that nothing was
+   * written (shared mode: the owner's memory stayed behind a dispatch that landed, the
+   * worker's result for it was refused, or nobody got the task at all). It gets the batch's error instead, whose outcome is
    * unknown: the caller resolves it (Executions.#recommit) and rebuilds from the history.
    */
   async #commit(batch: Pending[], batchError?: unknown): Promise<void> {
@@ -86,7 +93,8 @@ export class GroupCommitter {
       if (batch.length === 1 || e instanceof FencedError) {
         // What the batch would have done had it landed (the create's row exists, the inbox
         // entries it applied are gone) is no answer here: the outcome is the batch's, unknown.
-        const landedBatch = e instanceof DuplicateExecutionError || e instanceof InboxGoneError;
+        const landedBatch = e instanceof DuplicateExecutionError || e instanceof InboxGoneError ||
+          e instanceof TaskTakenError;
         const error = batchError !== undefined && landedBatch ? batchError : e;
         for (const p of batch) p.reject(error);
         return;
@@ -107,7 +115,7 @@ export class GroupCommitter {
       if (refused) {
         // After a failed batch an inbox entry gone may be the batch's own doing (see above).
         p.reject(
-          batchError !== undefined && refused instanceof InboxGoneError ? batchError : refused,
+          batchError !== undefined && !(refused instanceof FencedError) ? batchError : refused,
         );
         continue;
       }

@@ -397,6 +397,16 @@ export class Executions {
     return this.#suspect.has(id);
   }
 
+  /**
+   * Resolves an append of the execution whose outcome is unknown, if there is one (in its turn,
+   * as a command would first): afterwards memory is level with the history. Throws while the
+   * outcome cannot be found out (the store is away).
+   */
+  async settle(id: string): Promise<void> {
+    if (!this.#suspect.has(id)) return;
+    await this.serial(id, () => this.#suspect.has(id) ? this.#resync(id) : Promise.resolve());
+  }
+
   /** How many executions memory holds. */
   get heldCount(): number {
     return this.#active.size;
@@ -1153,10 +1163,10 @@ export class Executions {
    * can: exactly one of the two commits, and the second answers only after the first has
    * committed or rolled back. Answers true when that settles it: this commit landed (memory
    * installs the append as if the first had answered, and marks its dispatches uncertain:
-   * no worker got them), another server owns the execution now (fenced), or another server
-   * took the task it dispatched (nothing of it landed). False: the first attempt landed (the
-   * history has the events, or the inbox entries it applied are gone), and the caller rebuilds
-   * memory from the history. Throws while the outcome is still unknown.
+   * no worker got them), or another server owns the execution now (fenced). False: the first
+   * attempt landed (the history has the events) or a refusal that does not tell (the inbox
+   * entries it applied are gone, its task row is taken): the caller rebuilds memory from the
+   * history, which answers by then. Throws while the outcome is still unknown.
    */
   async #recommit(id: string, append: NonNullable<Doubt["append"]>): Promise<boolean> {
     try {
@@ -1167,13 +1177,13 @@ export class Executions {
         this.#fenced(id, e);
         return true;
       }
-      if (e instanceof TaskTakenError) {
-        this.#suspect.delete(id);
-        return true;
-      }
+      // The first attempt landed (its events, its row, its inbox deletions are there), or a
+      // refusal that does not say: a task row found taken may have been taken by the first
+      // attempt while this one waited for its lock, an inbox entry gone deleted by it. Either
+      // way this statement answered after the first one was decided: the history tells.
       if (
         e instanceof HistoryConflictError || e instanceof DuplicateExecutionError ||
-        e instanceof InboxGoneError
+        e instanceof InboxGoneError || e instanceof TaskTakenError
       ) {
         return false;
       }
