@@ -7,10 +7,16 @@
  *     named `orbit-cluster:<node id>`) succeeds; it increments the term in `orbit_cluster`,
  *     suspends the session's idle timeout, runs `onElected(term)` (recovery), restores the
  *     5-second idle timeout and serves.
- *   leader → standby: a leadership check fails (the session does not answer, it is a new
- *     backend after a reconnect, it no longer holds the lock, or the term moved on), or the
- *     lease runs out. It stops serving at once, drops the election session (releasing the lock
- *     if PostgreSQL still has it), runs `onLost(reason)` and rejoins the election.
+ *   leader → leader: a leadership check fails but the term has not moved (the session does
+ *     not answer, it is a new backend after a reconnect, it no longer holds the lock, or the
+ *     lease ran out): it takes the lock again at once and, when the term is still its own,
+ *     goes on leading from memory, no recovery (`took the leader lock back`). A closed
+ *     session triggers that check at once. A standby that gets the lock while the leader of
+ *     record has an election session younger than RETAKE_GRACE_MS gives it back: that leader
+ *     is alive and only reconnecting.
+ *   leader → standby: the term moved on, or the lock cannot be taken again at its term. It
+ *     stops serving at once, drops the election session (releasing the lock if PostgreSQL
+ *     still has it), runs `onLost(reason)` and rejoins the election.
  *
  * Trust window. The leader serves only while its last successful check is less than 3 s old
  * (`serving()`); a leader whose host is cut off stops serving before PostgreSQL ends its silent
@@ -28,17 +34,24 @@ import {
   BUMP_TERM,
   ELECTION_LOCK_KEY,
   LEADER_CHECK,
+  LEADER_RECONNECTING,
   READ_CLUSTER,
   SERVER_VERSION,
   SET_IDLE_TIMEOUT,
   SUSPEND_IDLE_TIMEOUT,
   TRY_LOCK,
+  UNLOCK,
 } from "../sql/postgres/cluster.ts";
 import { log } from "../lib/log.ts";
 import { withTimeout } from "../lib/with_timeout.ts";
 
 export const CHECK_INTERVAL_MS = 1000;
 export const LEASE_MS = 3000;
+/**
+ * How long after the leader's election session reconnected a standby that got the lock gives
+ * it back: the leader is alive, lost only its connection, and takes its lock back.
+ */
+export const RETAKE_GRACE_MS = 2000;
 
 export interface LeaderInfo {
   node_id: string;
@@ -104,7 +117,12 @@ export class Elector {
 
   #session(): Sql {
     if (!this.#sql) {
-      this.#sql = postgres(this.opts.url, {
+      const sql: Sql = this.#sql = postgres(this.opts.url, {
+        // A leader whose session closed checks at once: it takes its lock back before a
+        // standby's next try (see #retake), instead of at its next check.
+        onclose: () => {
+          if (this.#role === "leader" && this.#sql === sql) this.#tick(0);
+        },
         max: 1,
         prepare: false,
         idle_timeout: 0,
@@ -135,8 +153,9 @@ export class Elector {
     if (sql) await sql.end({ timeout: 0 }).catch(() => {});
   }
 
-  #tick(): void {
-    if (this.#stopped) return;
+  #tick(delay = CHECK_INTERVAL_MS): void {
+    if (this.#stopped || (delay === 0 && this.#busy)) return;
+    clearTimeout(this.#timer);
     this.#timer = setTimeout(async () => {
       if (this.#busy) return this.#tick();
       this.#busy = true;
@@ -147,7 +166,7 @@ export class Elector {
         this.#busy = false;
         this.#tick();
       }
-    }, CHECK_INTERVAL_MS);
+    }, delay);
   }
 
   async #tryElect(): Promise<void> {
@@ -157,6 +176,14 @@ export class Elector {
       const [r] = await withTimeout(sql.unsafe(TRY_LOCK, [ELECTION_LOCK_KEY]), 2000);
       locked = r!.locked as boolean;
       this.#pid = r!.pid as number;
+      if (locked) {
+        // A leader that only lost its connection is taking its lock back: leave it that.
+        const [c] = await sql.unsafe(LEADER_RECONNECTING, [RETAKE_GRACE_MS]);
+        if (c?.leader_node && c.leader_node !== this.opts.nodeId && c.reconnecting) {
+          await sql.unsafe(UNLOCK, [ELECTION_LOCK_KEY]);
+          locked = false;
+        }
+      }
       if (!locked) {
         await this.#follow(sql);
         return;
@@ -227,27 +254,63 @@ export class Elector {
   }
 
   async #check(): Promise<void> {
+    let reason: string | null = null;
+    /** Whether the lock may still be this server's to take back (nobody else was elected). */
+    let mine = true;
     if (this.now() - this.#lastCheck >= LEASE_MS) {
-      await this.#stepDown(
-        `the lease expired: no successful leadership check for ${LEASE_MS / 1000} s`,
-      );
+      reason = `the lease expired: no successful leadership check for ${LEASE_MS / 1000} s`;
+    } else {
+      try {
+        const [r] = await withTimeout(
+          this.#session().unsafe(LEADER_CHECK, [ELECTION_LOCK_KEY]),
+          1500,
+        );
+        if (r!.term !== this.#term) {
+          reason = `the term moved on to ${r!.term}`;
+          mine = false;
+        } else if (r!.pid !== this.#pid) {
+          reason = "the election session was reconnected, so its lock is gone";
+        } else if (!r!.locked) reason = "the election session no longer holds the lock";
+      } catch (e) {
+        reason = `the election session failed: ${(e as Error).message}`;
+      }
+    }
+    if (!reason) {
+      this.#lastCheck = this.now();
       return;
     }
-    let reason: string | null = null;
+    if (mine && await this.#retake(reason)) return;
+    await this.#stepDown(reason);
+  }
+
+  /**
+   * A check failed but the term may be unchanged (a lost connection, a lapsed lease): takes the
+   * lock again on a session of its own and goes on leading, from memory, when nobody was elected
+   * meanwhile — an election always bumps the term, and the lock now held keeps anyone from
+   * being elected from here on. True when it leads on; the caller steps down otherwise.
+   */
+  async #retake(reason: string): Promise<boolean> {
     try {
-      const [r] = await withTimeout(
-        this.#session().unsafe(LEADER_CHECK, [ELECTION_LOCK_KEY]),
-        1500,
-      );
-      if (r!.pid !== this.#pid) {
-        reason = "the election session was reconnected, so its lock is gone";
-      } else if (!r!.locked) reason = "the election session no longer holds the lock";
-      else if (r!.term !== this.#term) reason = `the term moved on to ${r!.term}`;
-    } catch (e) {
-      reason = `the election session failed: ${(e as Error).message}`;
+      const sql = this.#session();
+      const [r] = await withTimeout(sql.unsafe(TRY_LOCK, [ELECTION_LOCK_KEY]), 1500);
+      if (!r!.locked) return false;
+      const [c] = await withTimeout(sql.unsafe(READ_CLUSTER), 1500);
+      if (c?.term !== this.#term || c?.leader_node !== this.opts.nodeId) {
+        await this.#closeSession(); // a lock held at another term is not ours to keep
+        return false;
+      }
+      this.#pid = r!.pid as number;
+      await this.#setIdleTimeout(sql, true);
+      this.#lastCheck = this.now();
+    } catch {
+      return false;
     }
-    if (reason) await this.#stepDown(reason);
-    else this.#lastCheck = this.now();
+    log.cluster.warn("cluster: took the leader lock back; still the leader", {
+      node_id: this.opts.nodeId,
+      term: this.#term,
+      reason,
+    });
+    return true;
   }
 
   /** Stops serving now, drops the session and engine, and rejoins the election. */

@@ -34,3 +34,19 @@ export const SET_IDLE_TIMEOUT = "SET idle_session_timeout = '5s'";
 /** During recovery the session may be silent for long: no idle timeout. */
 export const SUSPEND_IDLE_TIMEOUT = "SET idle_session_timeout = 0";
 export const SERVER_VERSION = "SELECT current_setting('server_version_num')::int AS v";
+
+/**
+ * A standby that got the lock: whether the leader of record is only reconnecting (its election
+ * session, named `orbit-cluster:<node id>`, began within the last $1 ms): such a leader is alive
+ * and takes its lock back (cluster/standby.ts), so the standby yields it. Params: $1 ms.
+ */
+export const LEADER_RECONNECTING = `
+SELECT c.leader_node,
+  EXISTS (SELECT 1 FROM pg_stat_activity a
+          WHERE a.application_name = 'orbit-cluster:' || c.leader_node
+            AND a.pid <> pg_backend_pid()
+            AND a.backend_start > now() - make_interval(secs => $1::int / 1000.0)) AS reconnecting
+FROM orbit_cluster c WHERE c.id = 1`;
+
+/** Gives the lock back (a standby yielding to a reconnecting leader). */
+export const UNLOCK = "SELECT pg_advisory_unlock($1::bigint) AS unlocked";
