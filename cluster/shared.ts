@@ -1186,6 +1186,14 @@ export class SharedNode implements ClusterView, RemoteCommands {
       // `redelivery: false`, so the offer is refused (the worker hears cancel) and the current
       // unit's row goes out with the flag the dispatch records.
       if (cmd.type === "dispatch" && e.payload.unit !== undefined) {
+        // Memory tells which unit the step waits for only once no append of it is in doubt
+        // (one that landed may have queued the unit this claim took); while that cannot be
+        // found out, the entry stays for the next inbox read.
+        try {
+          await ex.settle(e.execution_id);
+        } catch {
+          return;
+        }
         const s = ex.stateOf(e.execution_id);
         const st = s?.steps[cmd.step];
         if (s && st && unitOf(s, st) !== String(e.payload.unit)) {

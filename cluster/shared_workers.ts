@@ -575,6 +575,8 @@ export class SharedWorkers implements WorkerService {
         // unit's row goes out. Owned here but not in memory (a takeover loading it): loaded
         // first; owned elsewhere now, the dispatch below finds nothing and requeues the row.
         if (await this.executions.loadOwned(row.execution_id)) {
+          // Memory tells the current unit only once no append of it is in doubt.
+          await this.executions.settle(row.execution_id);
           const s = this.executions.stateOf(row.execution_id);
           const st = s?.steps[row.step];
           if (s && st && unitOf(s, st) !== row.unit) {
@@ -768,6 +770,8 @@ export class SharedWorkers implements WorkerService {
       for (const t of unknown) {
         const id = executionOfToken(t);
         const st = id ? this.executions.stateOf(id) : undefined;
+        // Memory in doubt may lack a dispatch that landed: not a reason to cancel.
+        if (id && this.executions.inDoubt(id)) continue;
         if (!known.has(t) && !(st && stepOfToken(st, t))) cancel.add(t);
       }
     }

@@ -39,6 +39,7 @@ function fakeExecutions(parts: Record<string, unknown> = {}): Executions {
     loadOwned: () => Promise.resolve(true),
     stateOf: () => undefined,
     settle: () => Promise.resolve(),
+    inDoubt: () => false,
     ...parts,
   } as unknown as Executions;
 }
