@@ -263,13 +263,19 @@ export class Scheduler {
         }
       }
       if (go) {
-        next = plan.next;
+        // The advance in `finally` moves next_fire_ms only past what this pass handled: a
+        // statement that throws mid-pass (a lost connection) leaves the occurrence it was on,
+        // and those after it, to the next pass (it once moved past them, and one was never
+        // started: issue 36's storm).
+        next = plan.steps[0]?.at ?? plan.next;
+        let handledAll = true;
         // Of the occurrences counted only, those an earlier pass started ran.
         const firstStep = plan.steps[0]?.at ?? plan.next ?? Infinity;
         const ranCounted = ranBefore.filter((at) => at < firstStep).slice(0, plan.skippedBefore);
         skipped += plan.skippedBefore - ranCounted.length;
         for (const at of ranCounted) ran(at);
         for (const step of plan.steps) {
+          next = step.at;
           if (!step.fire) {
             if (ranBefore.includes(step.at)) ran(step.at);
             else skipped++;
@@ -287,7 +293,7 @@ export class Scheduler {
           }
           if (action === "cancel_then_start") {
             if (!(await hold())) {
-              next = step.at;
+              handledAll = false;
               break;
             }
             await this.#cancel(s, overlapping, step.at);
@@ -296,7 +302,7 @@ export class Scheduler {
           const why = step.missed ? "catch_up" : "on_time";
           const outcome = await this.#start(s, step.at, why, hold);
           if (outcome === "retry" || outcome === "lost") {
-            next = step.at;
+            handledAll = false;
             break;
           }
           if (outcome === "started") {
@@ -304,6 +310,7 @@ export class Scheduler {
             started(step.at);
           } else skipped++;
         }
+        if (handledAll) next = plan.next;
         const missed = plan.steps.filter((x) => x.missed).length + plan.skippedBefore;
         if (missed > 0) {
           log.info("schedule caught up on missed occurrences", {

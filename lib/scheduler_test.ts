@@ -451,3 +451,34 @@ for (
     },
   );
 }
+
+schedulerTest(
+  "a pass that fails mid-way advances only past the occurrences it handled (issue 36)",
+  async (env) => {
+    await create(env, {
+      workflow: "Quick",
+      catch_up: "all",
+      catch_up_window_s: 3600,
+      overlap: "allow_all",
+    });
+    // Three occurrences due in one pass; the claim's renewal before the second start fails as
+    // a lost connection does.
+    const renew = env.store.renewScheduleClaim.bind(env.store);
+    let renewals = 0;
+    env.store.renewScheduleClaim = (r) => {
+      if (++renewals === 2) {
+        return Promise.reject(Object.assign(new Error("connection lost"), { code: "ECONNRESET" }));
+      }
+      return renew(r);
+    };
+    await passAt(env, o(2) + 100); // the pass logs the failure and goes on
+    let s = await env.rt.schedules.get("s");
+    // o(0) started; o(1) and o(2) are still to do.
+    assert.deepEqual([s.fired, s.skipped, s.next_fire_ms], [1, 0, o(1)]);
+    env.store.renewScheduleClaim = renew;
+    await passAt(env, o(2) + 200);
+    s = await env.rt.schedules.get("s");
+    assert.deepEqual([s.fired, s.skipped, s.next_fire_ms], [3, 0, o(3)]);
+    assert.deepEqual((await env.executions()).map((x) => x.id), [id(0), id(1), id(2)]);
+  },
+);
