@@ -5,17 +5,22 @@
  * pauses past the node timeout and a PostgreSQL restart; shared with kills and a pause; single
  * and shared with `--cache-executions 4`, so waiting executions leave memory and load again. About
  * three minutes in all; the long profile is `deno task chaos --seconds 1800`.
+ *
+ * The storm profiles (issue 36): every database connection of the servers cut every 0.5–1.5 s
+ * (`db-cut-storm`) under eight order clients, in single-pg, standby and shared mode; every
+ * history must stay whole (the checker's `history` rule among the others) and every order
+ * finish, with no stall of orders over 10 s.
  */
 import assert from "node:assert/strict";
 import { type ChaosOptions, runChaos } from "../chaos/run.ts";
 
-async function profile(o: ChaosOptions): Promise<void> {
+async function profile(o: ChaosOptions & { maxStallMs?: number }): Promise<void> {
   const lines: string[] = [];
   const report = await runChaos({
-    ...o,
     inOrder: true,
     settleSeconds: 150,
     clients: 3,
+    ...o,
     log: (l) => {
       lines.push(l);
       if (Deno.env.get("ORBIT_TEST_LOGS")) console.error(l);
@@ -30,6 +35,12 @@ async function profile(o: ChaosOptions): Promise<void> {
   assert.ok(report.driver.ordersDone > 0, `no order finished:\n${out}`);
   assert.equal(report.driver.ordersDone, report.driver.ordersStarted, out);
   assert.ok(report.check.occurrences > 0, `no schedule occurrence:\n${out}`);
+  if (o.maxStallMs !== undefined) {
+    assert.ok(
+      report.driver.longestStallMs <= o.maxStallMs,
+      `orders stalled ${report.driver.longestStallMs} ms:\n${out}`,
+    );
+  }
 }
 
 const opts = { sanitizeOps: false, sanitizeResources: false };
@@ -73,3 +84,21 @@ Deno.test({
       faults: ["server-kill", "server-pause", "worker-kill", "pg-terminate"],
     }),
 });
+
+for (const [mode, seed] of [["single-pg", 404], ["standby", 505], ["shared", 606]] as const) {
+  Deno.test({
+    name: `chaos short profile: ${mode} under a storm of cut database connections keeps every ` +
+      "invariant and every order moving",
+    ...opts,
+    fn: () =>
+      profile({
+        mode,
+        seconds: 20,
+        seed,
+        clients: 8,
+        faults: ["db-cut-storm"],
+        settleSeconds: 60,
+        maxStallMs: 10_000,
+      }),
+  });
+}
