@@ -7,12 +7,7 @@
  */
 import { setImmediate } from "node:timers";
 import type { AppendItem, Store } from "./store/store.ts";
-import {
-  DuplicateExecutionError,
-  FencedError,
-  InboxGoneError,
-  TaskTakenError,
-} from "./store/store.ts";
+import { FencedError, mayHaveCommitted } from "./store/store.ts";
 import type { Metrics } from "./metrics.ts";
 
 interface Pending {
@@ -73,6 +68,11 @@ export class GroupCommitter {
     });
   }
 
+  /** This is an item of a failed batch that may have been written (see #commit). */
+  #inDoubt(batchError: unknown): boolean {
+    return batchError !== undefined && mayHaveCommitted(batchError);
+  }
+
   /**
    * `batchError`: this is an item of a failed batch, retried alone. That batch may have landed
    * although it reported an error (a connection lost in its commit): a create then fails here
@@ -81,8 +81,11 @@ export class GroupCommitter {
    * finds it taken (the batch, still in flight, held the row: this statement read the row as
    * queued before it, then found it claimed), either of which would tell it that nothing was
    * written (shared mode: the owner's memory stayed behind a dispatch that landed, the
-   * worker's result for it was refused, or nobody got the task at all). It gets the batch's error instead, whose outcome is
-   * unknown: the caller resolves it (Executions.#recommit) and rebuilds from the history.
+   * worker's result for it was refused, or nobody got the task at all); so would any refusal
+   * by the database itself (a deadlock, a conflict), which says nothing of the batch. It gets
+   * the batch's error instead, whose outcome is unknown: the caller resolves it
+   * (Executions.#recommit) and rebuilds from the history. A batch the database refused whole
+   * (its error says so: mayHaveCommitted) left nothing, and its items' own errors stand.
    */
   async #commit(batch: Pending[], batchError?: unknown): Promise<void> {
     const started = performance.now();
@@ -93,9 +96,8 @@ export class GroupCommitter {
       if (batch.length === 1 || e instanceof FencedError) {
         // What the batch would have done had it landed (the create's row exists, the inbox
         // entries it applied are gone) is no answer here: the outcome is the batch's, unknown.
-        const landedBatch = e instanceof DuplicateExecutionError || e instanceof InboxGoneError ||
-          e instanceof TaskTakenError;
-        const error = batchError !== undefined && landedBatch ? batchError : e;
+        const landedBatch = !(e instanceof FencedError) && !mayHaveCommitted(e);
+        const error = this.#inDoubt(batchError) && landedBatch ? batchError : e;
         for (const p of batch) p.reject(error);
         return;
       }
@@ -115,7 +117,7 @@ export class GroupCommitter {
       if (refused) {
         // After a failed batch an inbox entry gone may be the batch's own doing (see above).
         p.reject(
-          batchError !== undefined && !(refused instanceof FencedError) ? batchError : refused,
+          this.#inDoubt(batchError) && !(refused instanceof FencedError) ? batchError : refused,
         );
         continue;
       }

@@ -33,6 +33,7 @@ import {
   FencedError,
   HistoryConflictError,
   InboxGoneError,
+  mayHaveCommitted,
   ownerFencedError,
   type Store,
   TaskTakenError,
@@ -506,7 +507,7 @@ export class Executions {
             const existing = await this.#adopt(id);
             if (existing) return { created: false, row: existing };
           } else if (!(e instanceof FencedError)) {
-            this.#markSuspect(id, {
+            this.#failed(id, e, {
               item,
               prev: null,
               next: d.state,
@@ -586,7 +587,7 @@ export class Executions {
         // right.
         if (e instanceof TaskTakenError || e instanceof InboxGoneError) throw e;
         if (!(e instanceof FencedError)) {
-          this.#markSuspect(id, {
+          this.#failed(id, e, {
             item,
             prev: a.state,
             next: d.state,
@@ -1067,14 +1068,15 @@ export class Executions {
         execution_id: id,
         error: (e as Error).message,
       });
-      this.#markSuspect(id, {
+      // Refused whole, the rebuild from history starts the next run again.
+      this.#failed(id, e, {
         item,
         prev: null,
         next: d.state,
         def,
         events: d.events,
         delivered: false,
-      });
+      }, true);
       return;
     }
     log.engine.info("execution continued as new", {
@@ -1127,6 +1129,18 @@ export class Executions {
     const a = this.#active.get(id);
     if (a) return rowOf(a.state, this.clock.now());
     return await this.store.getExecution(id);
+  }
+
+  /**
+   * After an append failed (not fenced): in doubt when it may have committed (a lost
+   * connection); rebuilt from history when another append of the run got there first (the
+   * history is ahead of memory); nothing more when the database refused it whole (memory is
+   * right), unless `rebuild` asks for the rebuild all the same.
+   */
+  #failed(id: string, e: unknown, append: NonNullable<Doubt["append"]>, rebuild = false): void {
+    if (e instanceof HistoryConflictError) this.#markSuspect(id);
+    else if (mayHaveCommitted(e)) this.#markSuspect(id, append);
+    else if (rebuild) this.#markSuspect(id);
   }
 
   /**

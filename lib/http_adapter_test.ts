@@ -10,7 +10,12 @@ import { Runtime } from "./runtime.ts";
 import { openStore } from "./store/open.ts";
 import { readRun } from "./signals.ts";
 import type { HistoryEvent } from "./engine/events.ts";
-import { type CommitFault, type FaultyStore, faultyStore } from "../tests/support/faulty_store.ts";
+import {
+  type CommitFault,
+  type FaultyStore,
+  faultyStore,
+  serializationFailure,
+} from "../tests/support/faulty_store.ts";
 
 interface Setup {
   rt: Runtime;
@@ -68,6 +73,9 @@ function workflow(url: string) {
 function failFirst(store: FaultyStore, type: string, fault: CommitFault): void {
   let armed = true;
   store.plan = {
+    // "before": refused by the database itself, which says that nothing was written (a lost
+    // connection before the commit would leave it in doubt: tests/ambiguous_*).
+    ...(fault === "before" ? { error: serializationFailure } : {}),
     commit: (_n, items) => {
       if (armed && items.some((i) => i.events.some((e) => e.type === type))) {
         armed = false;
@@ -149,8 +157,9 @@ test("an http step whose failure commit failed without writing records the failu
 test("a cancel lands while a result is being committed again, and the result is dropped", () =>
   withRuntime(() => Response.json({ ok: 1 }), async ({ rt, store, calls, history }, url) => {
     await rt.definitions.deploy(workflow(url));
-    // Every commit of the result fails until the execution is cancelled.
+    // Every commit of the result is refused until the execution is cancelled.
     store.plan = {
+      error: serializationFailure,
       commit: (_n, items) =>
         items.some((i) => i.events.some((e) => e.type === "StepSucceeded")) ? "before" : "ok",
     };

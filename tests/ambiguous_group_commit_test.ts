@@ -24,6 +24,7 @@ import {
   type CommitFault,
   connectionLost,
   faultyStore,
+  serializationFailure,
   sqliteBusy,
   sqliteIoError,
 } from "./support/faulty_store.ts";
@@ -45,9 +46,17 @@ const TASKS = ["t.one", "t.two", "t.three"].map((name) => ({ name, contract: "1"
 const GROUP = 6;
 
 const FAULTS: CommitFault[] = ["before", "after", "inflight-first", "inflight-last"];
-const ERRORS: Record<StoreTarget["name"], Array<[string, () => Error]>> = {
-  sqlite: [["SQLITE_BUSY", sqliteBusy], ["SQLITE_IOERR", sqliteIoError]],
-  postgres: [["CONNECTION_CLOSED", connectionLost]],
+/**
+ * The errors of each store, and the faults each can come with: an error that may mean the
+ * commit landed (a lost connection, an I/O error) with every fault; a refusal by the database
+ * itself (SQLITE_BUSY, a serialization failure) only before anything was written.
+ */
+const ERRORS: Record<StoreTarget["name"], Array<[string, () => Error, CommitFault[]]>> = {
+  sqlite: [["SQLITE_BUSY", sqliteBusy, ["before"]], ["SQLITE_IOERR", sqliteIoError, FAULTS]],
+  postgres: [
+    ["CONNECTION_CLOSED", connectionLost, FAULTS],
+    ["40001", serializationFailure, ["before"]],
+  ],
 };
 
 /**
@@ -170,14 +179,14 @@ async function scenario(
 }
 
 for (const target of STORES) {
-  for (const [errorName, error] of ERRORS[target.name]) {
+  for (const [errorName, error, faults] of ERRORS[target.name]) {
     Deno.test({
-      name: `a group commit cut every way (${FAULTS.join(", ")}) leaves every history whole ` +
+      name: `a group commit cut every way (${faults.join(", ")}) leaves every history whole ` +
         `and memory equal to it [${target.name}, ${errorName}]`,
       sanitizeOps: false,
       sanitizeResources: false,
       fn: async (t) => {
-        for (const fault of FAULTS) {
+        for (const fault of faults) {
           await t.step(fault, () => scenario(target, fault, error));
         }
       },

@@ -398,6 +398,40 @@ export class HistoryConflictError extends Error {
   override name = "HistoryConflictError";
 }
 
+/**
+ * Whether a commit that failed with `e` may have been written all the same. A database's own
+ * refusal (an SQLSTATE error of PostgreSQL, SQLITE_BUSY or a constraint of SQLite) rolled the
+ * transaction back: nothing was written. A lost connection (postgres.js's CONNECTION_*, a socket
+ * error, PostgreSQL's connection and shutdown classes 08 and 57P), a statement abandoned
+ * without an answer, SQLite's I/O, full-disk and corruption errors, and anything unknown may
+ * have committed, or may still commit: the caller resolves it (Executions.#recommit).
+ */
+export function mayHaveCommitted(e: unknown): boolean {
+  // The store's own refusals: nothing of the commit was written.
+  if (
+    e instanceof HistoryConflictError || e instanceof DuplicateExecutionError ||
+    e instanceof FencedError || e instanceof TaskTakenError || e instanceof InboxGoneError
+  ) {
+    return false;
+  }
+  const cause = (e as { cause?: unknown })?.cause;
+  const err = ((e as { code?: unknown })?.code === undefined && cause ? cause : e) as {
+    code?: unknown;
+    errcode?: unknown;
+  };
+  const code = typeof err?.code === "string" ? err.code : undefined;
+  if (code === "ERR_SQLITE_ERROR" && typeof err.errcode === "number") {
+    // The primary result code (the low byte): BUSY 5, LOCKED 6, CONSTRAINT 19, … roll back;
+    // IOERR 10, CORRUPT 11, FULL 13, and the rest, are not known to.
+    return ![5, 6, 19, 20, 1, 18, 25].includes(err.errcode & 0xff);
+  }
+  // SQLSTATE: five digits or capitals (a socket's errno name, such as EPIPE, is not one).
+  if (code !== undefined && /^[0-9A-Z]{5}$/.test(code) && !/^E[A-Z]+$/.test(code)) {
+    return code.startsWith("08") || code.startsWith("57P");
+  }
+  return true;
+}
+
 /** Raised by `listExecutions` for a cursor it did not issue (a client error: answer 400). */
 export class InvalidCursorError extends Error {
   override name = "InvalidCursorError";

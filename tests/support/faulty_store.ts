@@ -35,6 +35,14 @@ export function connectionLost(): Error {
   });
 }
 
+/**
+ * A refusal by PostgreSQL itself (serialization_failure, 40001): the transaction rolled back,
+ * nothing was written, and the error says so.
+ */
+export function serializationFailure(): Error {
+  return Object.assign(new Error("could not serialize access (injected)"), { code: "40001" });
+}
+
 /** SQLite's "database is locked" (SQLITE_BUSY, 5) as node:sqlite raises it. */
 export function sqliteBusy(): Error {
   return Object.assign(new Error("database is locked (injected)"), {
