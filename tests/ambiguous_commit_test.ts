@@ -16,19 +16,7 @@ import type { HistoryEvent } from "../lib/engine/events.ts";
 import { type CommitFault, faultyStore, rng } from "./support/faulty_store.ts";
 import { stopSharedPostgres, STORES, type StoreTarget } from "./support/stores.ts";
 import { waitFor } from "./support/server.ts";
-
-const WORKFLOW = {
-  ir: "orbit-ir/1",
-  name: "Three",
-  version: "1.0.0",
-  steps: [
-    { id: "one", task: "t.one", contract: "1", input: "{% $input %}" },
-    { id: "two", task: "t.two", contract: "1", input: "{% $steps.one %}" },
-    { id: "three", task: "t.three", contract: "1", input: "{% $steps.two %}" },
-    { id: "done", return: "{% $steps.three %}" },
-  ],
-};
-const TASKS = ["t.one", "t.two", "t.three"].map((name) => ({ name, contract: "1" }));
+import { TASKS, WORKFLOW } from "./support/three_steps.ts";
 
 async function retry<T>(fn: () => Promise<T>, deadline: number): Promise<T> {
   for (;;) {

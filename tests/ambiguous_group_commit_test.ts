@@ -30,19 +30,8 @@ import {
 } from "./support/faulty_store.ts";
 import { stopSharedPostgres, STORES, type StoreTarget } from "./support/stores.ts";
 import { waitFor } from "./support/server.ts";
+import { TASKS, WORKFLOW } from "./support/three_steps.ts";
 
-const WORKFLOW = {
-  ir: "orbit-ir/1",
-  name: "Three",
-  version: "1.0.0",
-  steps: [
-    { id: "one", task: "t.one", contract: "1", input: "{% $input %}" },
-    { id: "two", task: "t.two", contract: "1", input: "{% $steps.one %}" },
-    { id: "three", task: "t.three", contract: "1", input: "{% $steps.two %}" },
-    { id: "done", return: "{% $steps.three %}" },
-  ],
-};
-const TASKS = ["t.one", "t.two", "t.three"].map((name) => ({ name, contract: "1" }));
 const GROUP = 6;
 
 const FAULTS: CommitFault[] = ["before", "after", "inflight-first", "inflight-last"];
