@@ -1263,7 +1263,13 @@ export class Executions {
     const a = this.#active.get(id);
     this.#suspect.delete(id);
     if (!row) return; // a start that did not land
-    if (a && row.run_id === a.state.run_id && row.last_seq === a.state.last_seq) return;
+    if (a && row.run_id === a.state.run_id && row.last_seq === a.state.last_seq) {
+      log.engine.debug("a commit with an unknown outcome did not land", {
+        execution_id: id,
+        last_seq: row.last_seq,
+      });
+      return;
+    }
     if (!a && row.status !== "running" && row.status !== "continued") return;
     const own = this.opts.ownership;
     if (own && (row.status === "running" || row.status === "continued")) {
