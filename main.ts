@@ -17,6 +17,7 @@ import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
 import { parseWorkersFile, type WorkersFile } from "./lib/workers_file.ts";
 import { settledBy } from "./lib/with_timeout.ts";
+import { setExpressionRuntime } from "./lib/engine/expr.ts";
 
 /**
  * How long a graceful stop (SIGTERM, Ctrl+C) waits for in-flight requests and appends before it
@@ -82,6 +83,12 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       );
     }
   }
+  // Every expression runs on a budget and, when long, gives the event loop back every 10 ms.
+  setExpressionRuntime({ timeoutMs: cfg.expressionTimeoutMs }, {
+    now: () => performance.now(),
+    pause: () => new Promise((resolve) => setTimeout(resolve, 0)),
+    sliceMs: 10,
+  });
   if (!cfg.token) {
     log.server.warn("no --token given: every client that can reach the address may use the API");
   }
@@ -314,6 +321,12 @@ program.command("server")
     new Option("--advertise-addr <url>", "URL standbys hand out for this server").env(
       "ORBIT_ADVERTISE_ADDR",
     ),
+  )
+  .addOption(
+    new Option(
+      "--expression-timeout-ms <ms>",
+      "running time one expression evaluation may take before it fails with EXPRESSION_LIMIT",
+    ).env("ORBIT_EXPRESSION_TIMEOUT_MS").default("1000"),
   )
   .addOption(
     new Option("--node-timeout <seconds>", "shared mode: seconds without heartbeat").env(

@@ -4,6 +4,7 @@
  */
 import { z } from "zod";
 import { DEFAULT_CACHE_EXECUTIONS } from "./execution_cache.ts";
+import { DEFAULT_EXPRESSION_BUDGET } from "./engine/expr.ts";
 
 export interface ServerConfig {
   db: string;
@@ -28,6 +29,8 @@ export interface ServerConfig {
   nodeId: string | null;
   advertiseAddr: string | null;
   nodeTimeoutS: number;
+  /** Running time one expression evaluation may take (lib/engine/expr.ts). */
+  expressionTimeoutMs: number;
 }
 
 export class ConfigError extends Error {
@@ -71,6 +74,7 @@ const raw = z.object({
   nodeId: z.string().optional(),
   advertiseAddr: z.string().optional(),
   nodeTimeout: number("--node-timeout", 2),
+  expressionTimeoutMs: number("--expression-timeout-ms", 1).optional(),
 });
 
 /** Splits `host:port` (`[v6]:port` too); a bare `:port` listens on 127.0.0.1. */
@@ -145,5 +149,8 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
     nodeId: o.nodeId ?? null,
     advertiseAddr: o.advertiseAddr ?? null,
     nodeTimeoutS: o.nodeTimeout,
+    expressionTimeoutMs: Math.round(
+      o.expressionTimeoutMs ?? DEFAULT_EXPRESSION_BUDGET.timeoutMs,
+    ),
   };
 }

@@ -1,12 +1,15 @@
 /**
  * User-declared JSON Schemas (workflow `input_schema`, signal payloads), compiled once with
  * Ajv and cached by their canonical text (and by the schema object itself, see `byObject`).
+ * Patterns (`pattern`, `patternProperties`) run on RE2 (engine/regex.ts): linear time whatever
+ * the pattern and the input, and a pattern RE2 cannot run is refused when the schema compiles.
  */
 import AjvModule from "ajv";
+import { ajvLinearRegExp } from "./engine/regex.ts";
 
 // deno-lint-ignore no-explicit-any
 const Ajv = ((AjvModule as any).default ?? AjvModule) as any;
-const ajv = new Ajv({ allErrors: true, strict: false });
+const ajv = new Ajv({ allErrors: true, strict: false, code: { regExp: ajvLinearRegExp } });
 // deno-lint-ignore no-explicit-any
 const cache = new Map<string, any>();
 

@@ -9,7 +9,7 @@
  */
 import { scope } from "./engine/builder.ts";
 import type { HistoryEvent } from "./engine/events.ts";
-import { evaluate } from "./engine/expr.ts";
+import { evaluate, ExpressionLimitError } from "./engine/expr.ts";
 import type { WorkflowDoc } from "./engine/ir.ts";
 import { type ExecutionState, replay } from "./engine/state.ts";
 import type { Executions } from "./executions.ts";
@@ -118,6 +118,7 @@ export async function runQuery(
   try {
     return { result: await evaluate(tpl, scope(state)) };
   } catch (e) {
-    throw invalid("QUERY_FAILED", `query "${name}" failed: ${(e as Error).message}`);
+    const code = e instanceof ExpressionLimitError ? "EXPRESSION_LIMIT" : "QUERY_FAILED";
+    throw invalid(code, `query "${name}" failed: ${(e as Error).message}`);
   }
 }

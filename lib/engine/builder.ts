@@ -89,7 +89,8 @@ export function scopeAt(s: ExecutionState, frame: string): Scope {
 
 export function expressionFailure(e: unknown, where: string): ErrorInfo {
   const message = e instanceof ExpressionError ? e.message : String(e);
-  return { code: "EXPRESSION_ERROR", message: `${where}: ${message}`, retryable: false };
+  const code = e instanceof ExpressionError ? e.code : "EXPRESSION_ERROR";
+  return { code, message: `${where}: ${message}`, retryable: false };
 }
 
 /** Frame field of an event: omitted for the top level, so orbit-ir/1 events keep their shape. */

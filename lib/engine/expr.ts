@@ -11,8 +11,18 @@
  * returned as it is). A path that meets an array before its end (JSONata maps it) and every
  * other expression go through JSONata. Either way the result is made plain JSON, so it never
  * shares objects with the scope.
+ *
+ * Every JSONata evaluation runs on a budget (issue 37: an expression must not be able to take
+ * the server down): at most `timeoutMs` of running time, `maxDepth` nested evaluations (a
+ * recursive function), `maxSequence` items in one sequence, and a result of at most
+ * `maxResultBytes` as JSON; regular expressions run on RE2 (./regex.ts). An overrun is an
+ * ExpressionLimitError (code EXPRESSION_LIMIT), which fails the step or the execution like any
+ * other expression error. With a scheduler set (setExpressionRuntime, by the server), a long
+ * evaluation also gives the event loop back every `sliceMs`, so other requests are answered
+ * while it runs out its budget.
  */
 import jsonata from "jsonata";
+import { LinearRegExp } from "./regex.ts";
 
 type Compiled = ReturnType<typeof jsonata>;
 
@@ -98,15 +108,121 @@ export function expressionText(value: unknown): string | null {
   return null;
 }
 
+/** What one evaluation may spend. */
+export interface ExpressionBudget {
+  /** Running time of one evaluation (JSONata's own guard, checked at every node). */
+  timeoutMs: number;
+  /** Nested evaluations (JSONata's `stack`: a recursive function's depth, times a few). */
+  maxDepth: number;
+  /** Items in one sequence (JSONata's `sequence`). */
+  maxSequence: number;
+  /** The result as JSON, in UTF-16 units. */
+  maxResultBytes: number;
+}
+
+export const DEFAULT_EXPRESSION_BUDGET: Readonly<ExpressionBudget> = {
+  timeoutMs: 1000,
+  maxDepth: 2000,
+  maxSequence: 1_000_000,
+  maxResultBytes: 1_048_576,
+};
+
+/** How a long evaluation gives the event loop back (injected: the engine reads no clock). */
+export interface ExpressionScheduler {
+  /** A monotonic clock in milliseconds. */
+  now(): number;
+  /** Resolves after the event loop has run its pending work (a macrotask). */
+  pause(): Promise<void>;
+  /** Running time after which an evaluation pauses. */
+  sliceMs: number;
+}
+
+let budget: ExpressionBudget = { ...DEFAULT_EXPRESSION_BUDGET };
+let scheduler: ExpressionScheduler | null = null;
+
+/** Sets the budget (and the scheduler) of every evaluation from now on. */
+export function setExpressionRuntime(
+  b: Partial<ExpressionBudget>,
+  s: ExpressionScheduler | null = scheduler,
+): void {
+  budget = { ...DEFAULT_EXPRESSION_BUDGET, ...b };
+  scheduler = s;
+  cache.clear();
+}
+
+/** The budget in force. */
+export function expressionBudget(): Readonly<ExpressionBudget> {
+  return budget;
+}
+
+/** The evaluation's own frame (jsonata.js `environment.base`), where a slice start is kept. */
+interface EvalBase {
+  orbitSliceStart?: number;
+}
+
+/** JSONata's hook before every node: pauses when the evaluation has run a whole slice. */
+function entryHook(
+  _expr: unknown,
+  _input: unknown,
+  env: { base: EvalBase },
+): Promise<void> | undefined {
+  const s = scheduler;
+  if (!s) return undefined;
+  const base = env.base;
+  const now = s.now();
+  if (base.orbitSliceStart === undefined) {
+    base.orbitSliceStart = now;
+    return undefined;
+  }
+  if (now - base.orbitSliceStart < s.sliceMs) return undefined;
+  return s.pause().then(() => {
+    base.orbitSliceStart = s.now();
+  });
+}
+
 /** Compiles (and caches) a JSONata expression; throws with JSONata's message when invalid. */
 export function compile(text: string): Compiled {
   let c = cache.get(text);
   if (!c) {
-    c = jsonata(text);
+    c = jsonata(text, {
+      timeout: budget.timeoutMs,
+      stack: budget.maxDepth,
+      sequence: budget.maxSequence,
+      // JSONata uses only `lastIndex` and `exec` of the class it is given.
+      RegexEngine: LinearRegExp as unknown as RegExpConstructor,
+    });
+    if (scheduler) {
+      c.assign(Symbol.for("jsonata.__evaluate_entry") as unknown as string, entryHook);
+    }
     if (cache.size > 10_000) cache.clear();
     cache.set(text, c);
   }
   return c;
+}
+
+/**
+ * Problems with the regular expressions of an expression that compiles: every `/…/` literal
+ * must be one RE2 runs (no backreferences or lookarounds). Checked at deploy, so a definition
+ * never fails at run time for a pattern it could not run.
+ */
+export function regexProblems(text: string): string[] {
+  const out: string[] = [];
+  const visit = (n: unknown) => {
+    if (Array.isArray(n)) return n.forEach(visit);
+    if (n === null || typeof n !== "object") return;
+    const node = n as Record<string, unknown>;
+    if (node.type === "regex" && node.value instanceof RegExp) {
+      try {
+        new LinearRegExp(node.value);
+      } catch (e) {
+        out.push(`regular expression /${node.value.source}/: ${(e as Error).message}`);
+      }
+      return;
+    }
+    for (const v of Object.values(node)) visit(v);
+  };
+  visit(compile(text).ast());
+  return out;
 }
 
 /** Every `{% … %}` string inside a template, with its JSON path relative to `path`. */
@@ -143,6 +259,41 @@ export interface Scope {
 
 export class ExpressionError extends Error {
   override name = "ExpressionError";
+  /** The error code a step or execution fails with. */
+  readonly code: string = "EXPRESSION_ERROR";
+}
+
+/** An evaluation that overran its budget (time, depth, sequence, result size, memory). */
+export class ExpressionLimitError extends ExpressionError {
+  override name = "ExpressionLimitError";
+  override readonly code = "EXPRESSION_LIMIT";
+}
+
+/** JSONata's codes for a guard that stopped an evaluation (jsonata.js, errorCodes). */
+const LIMIT_CODES = new Set([
+  "D1011", // stack too deep
+  "D1012", // ran too long
+  "D2014", // a range of more than 10 million items
+  "D2015", // a sequence longer than the limit
+]);
+
+/** Whether a failure of JSONata is a budget overrun rather than a mistake in the expression. */
+function isLimit(e: unknown): boolean {
+  if (e instanceof RangeError) return true; // call stack, string or array length
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" && LIMIT_CODES.has(code);
+}
+
+/** Whether the result is longer than `max` characters as JSON. */
+function tooLarge(v: unknown, max: number): boolean {
+  if (v === null || typeof v !== "object") {
+    return typeof v === "string" && v.length > max;
+  }
+  try {
+    return JSON.stringify(v).length > max;
+  } catch {
+    return true; // a string too long to build
+  }
 }
 
 /** Evaluates a template: literals as they are, `{% %}` strings through JSONata. */
@@ -207,14 +358,27 @@ async function evaluateAsync(template: unknown, scope: Scope): Promise<unknown> 
       const v = readPath(path, scope);
       if (v !== NEEDS_JSONATA) return v === undefined ? null : normalize(v);
     }
+    let result: unknown;
     try {
-      const result = await compile(text).evaluate({}, { ...scope });
+      result = await compile(text).evaluate({}, { ...scope });
       // JSONata returns undefined for "no match"; JSON has null.
-      return result === undefined ? null : normalize(result);
+      result = result === undefined ? null : normalize(result);
     } catch (e) {
       const msg = (e as { message?: string }).message ?? String(e);
+      if (isLimit(e)) {
+        throw new ExpressionLimitError(
+          `Expression "${brief(text)}" overran its budget: ${msg}`,
+        );
+      }
       throw new ExpressionError(`Cannot evaluate expression "${text}": ${msg}`);
     }
+    if (tooLarge(result, budget.maxResultBytes)) {
+      throw new ExpressionLimitError(
+        `Expression "${brief(text)}" produced more than ${budget.maxResultBytes} characters ` +
+          "of JSON",
+      );
+    }
+    return result;
   }
   if (Array.isArray(template)) {
     const out = [];
@@ -227,6 +391,11 @@ async function evaluateAsync(template: unknown, scope: Scope): Promise<unknown> 
     return out;
   }
   return template;
+}
+
+/** An expression's text shortened for a message. */
+function brief(text: string): string {
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
 }
 
 /** JSONata functions and lambdas are objects marked by a flag, not JS functions. */

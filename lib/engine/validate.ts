@@ -10,10 +10,10 @@
  * `http` URLs allowed by `--http-allow` when the caller passes the allow list.
  */
 import { z } from "zod";
-import { compile, expressionsIn, expressionText } from "./expr.ts";
+import { compile, expressionsIn, expressionText, regexProblems } from "./expr.ts";
 import { compileSchema } from "../jsonschema.ts";
 import { httpAllowed, httpRefusal } from "./http_allow.ts";
-import type { Problem, WorkflowDoc } from "./ir.ts";
+import { countSteps, MAX_STEPS, type Problem, type WorkflowDoc } from "./ir.ts";
 
 export const SUPPORTED_IR = ["orbit-ir/1", "orbit-ir/2"] as const;
 export const IR2_KINDS = [
@@ -30,14 +30,24 @@ const IR1_KINDS = ["task", "return"] as const;
 const IR2_TOP = ["timeout_s", "signals", "queries", "handlers"] as const;
 
 export const NAME_RE = /^[A-Za-z][A-Za-z0-9_.-]{0,127}$/;
-export const SEMVER_RE =
-  /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$/;
+/**
+ * A semantic version as semver.org's own expression has it (no leading zeros, no empty
+ * identifiers), each number at most 15 digits (below 2^53, which npm `semver` refuses) and 128
+ * characters in all: every version deploy accepts is one that sorting and "the latest" can read.
+ */
+export const SEMVER_RE = new RegExp(
+  "^(?=.{5,128}$)(0|[1-9]\\d{0,14})\\.(0|[1-9]\\d{0,14})\\.(0|[1-9]\\d{0,14})" +
+    "(?:-(?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\\.(?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?" +
+    "(?:\\+[0-9a-zA-Z-]+(?:\\.[0-9a-zA-Z-]+)*)?$",
+);
 const STEP_ID_RE = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 const TASK_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
 const VAR_RE = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 const SIGNAL_RE = /^[A-Za-z][A-Za-z0-9_.-]{0,127}$/;
 const HTTP_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"] as const;
-const MAX_S = 31_536_000;
+/** The longest sleep, wait or timeout a definition may ask for (a year), literal or computed. */
+export const MAX_SLEEP_S = 31_536_000;
+const MAX_S = MAX_SLEEP_S;
 
 export interface ValidateOptions {
   /** `--http-allow` patterns: literal `http` URLs outside them are refused. Unchecked if absent. */
@@ -107,7 +117,10 @@ const STEP_SCHEMAS: Record<string, z.ZodType> = {
     id: stepId,
     child: z.strictObject({
       workflow: z.string().regex(NAME_RE, "must be a workflow name"),
-      version: z.string().regex(SEMVER_RE, "must be a semantic version such as 1.0.0")
+      version: z.string().regex(
+        SEMVER_RE,
+        "must be a semantic version such as 1.0.0 (each number at most 15 digits)",
+      )
         .optional(),
       input: z.unknown().optional(),
       execution_id: z.string().min(1).max(200).optional(),
@@ -138,7 +151,10 @@ const STEP_SCHEMAS: Record<string, z.ZodType> = {
 const docSchema = z.strictObject({
   ir: z.string(),
   name: z.string().regex(NAME_RE, "must start with a letter and use letters, digits, _ . or -"),
-  version: z.string().regex(SEMVER_RE, "must be a semantic version such as 1.0.0"),
+  version: z.string().regex(
+    SEMVER_RE,
+    "must be a semantic version such as 1.0.0 (each number at most 15 digits)",
+  ),
   description: z.string().max(10_000).optional(),
   input_schema: z.record(z.string(), z.unknown()).optional(),
   timeout_s: timeoutS,
@@ -326,6 +342,7 @@ class Checker {
         this.add(e.path, `invalid expression: ${(err as Error).message}`);
         continue;
       }
+      for (const p of regexProblems(e.text)) this.add(e.path, `invalid expression: ${p}`);
       for (const ref of stepRefs(e.text)) {
         const problem = this.visibility(ref, from, own);
         if (problem) this.add(e.path, problem);
@@ -435,6 +452,18 @@ export function validateWorkflow(
   }
   if (!ir2) {
     for (const k of IR2_TOP) if (k in r) c.add(`$.${k}`, `\`${k}\` needs orbit-ir/2`);
+  }
+  const total = countSteps(r);
+  if (total > MAX_STEPS) {
+    // Judged before anything else is walked: the rest of the checks cost per step.
+    return {
+      ok: false,
+      problems: [{
+        path: "$.steps",
+        message: `a workflow may hold at most ${MAX_STEPS} steps (branches, handlers and ` +
+          `compensations included); this one has ${total}`,
+      }],
+    };
   }
   const schemas: Array<[string, unknown]> = [["$.input_schema", r.input_schema]];
   if (obj(r.signals)) {

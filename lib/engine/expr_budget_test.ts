@@ -1,0 +1,149 @@
+/**
+ * The expression budget (issue 37): an expression that never ends, recurses without end, builds
+ * huge sequences or results, or backtracks in a regular expression fails with
+ * ExpressionLimitError (EXPRESSION_LIMIT) in bounded time, and a long evaluation gives the event
+ * loop back while it runs.
+ */
+import assert from "node:assert/strict";
+import {
+  DEFAULT_EXPRESSION_BUDGET,
+  evaluate,
+  ExpressionError,
+  ExpressionLimitError,
+  regexProblems,
+  type Scope,
+  setExpressionRuntime,
+} from "./expr.ts";
+import { validateWorkflow } from "./validate.ts";
+
+const SCOPE: Scope = {
+  input: "a".repeat(40) + "!",
+  steps: {},
+  vars: {},
+  execution: { id: "e", run_id: "r", root_id: "e", workflow: "W", version: "1.0.0" },
+};
+
+/** Evaluates with a 300 ms budget; answers the error and how long it took. */
+async function overrun(text: string): Promise<{ error: unknown; ms: number }> {
+  setExpressionRuntime({ timeoutMs: 300 }, null);
+  const t = performance.now();
+  try {
+    const v = await evaluate(`{% ${text} %}`, SCOPE);
+    return { error: new Error(`evaluated to ${JSON.stringify(v)?.slice(0, 80)}`), ms: 0 };
+  } catch (e) {
+    return { error: e, ms: performance.now() - t };
+  } finally {
+    setExpressionRuntime({}, null);
+  }
+}
+
+const OVERRUNS: Array<[string, string]> = [
+  ["a tail call that never ends", "($f := function($n){ $f($n + 1) }; $f(0))"],
+  ["recursion without end", "($f := function($n){ 1 + $f($n + 1) }; $f(0))"],
+  ["mutual recursion", "($a := function($n){ $b($n) + 1 }; $b := function($n){ $a($n) }; $a(0))"],
+  ["a sequence past the limit", "[1..2000000].($ * 2)"],
+  ["a range past JSONata's limit", "[1..100000000]"],
+  ["a result past the size limit", '$pad("", 2000000)'],
+  ["a string doubled without end", '($f := function($s){ $f($s & $s) }; $f("ab"))'],
+  ["a huge array built by a map", "$map([1..100000], function($v){ [1..100] })"],
+  ["a filter that recurses", "[1,2,3][($f := function($n){ $f($n) }; $f($))]"],
+];
+
+for (const [name, text] of OVERRUNS) {
+  Deno.test(`expression budget: ${name} fails with EXPRESSION_LIMIT`, async () => {
+    const { error, ms } = await overrun(text);
+    assert.ok(error instanceof ExpressionLimitError, `${name}: ${error}`);
+    assert.equal(error.code, "EXPRESSION_LIMIT");
+    assert.ok(ms < 5_000, `${name} took ${ms} ms`);
+  });
+}
+
+Deno.test("expression budget: a mistake in an expression stays EXPRESSION_ERROR", async () => {
+  setExpressionRuntime({}, null);
+  await assert.rejects(
+    () => evaluate('{% $number("x") + 1 %}', SCOPE),
+    (e: unknown) => e instanceof ExpressionError && !(e instanceof ExpressionLimitError),
+  );
+});
+
+Deno.test("expression budget: ordinary expressions are untouched by it", async () => {
+  setExpressionRuntime({ timeoutMs: 300 }, null);
+  try {
+    assert.equal(await evaluate("{% $sum([1..1000]) %}", SCOPE), 500500);
+    assert.equal(
+      await evaluate("{% ($f := function($n){ $n <= 1 ? 1 : $n * $f($n - 1) }; $f(20)) %}", SCOPE),
+      2432902008176640000,
+    );
+    assert.equal(await evaluate('{% $count($split($pad("", 1000, "x,"), ",")) %}', SCOPE), 501);
+  } finally {
+    setExpressionRuntime({}, null);
+  }
+});
+
+Deno.test("regular expressions run in linear time (RE2): no catastrophic backtracking", async () => {
+  const input = "a".repeat(5_000) + "!";
+  const t = performance.now();
+  const v = await evaluate("{% $match($input, /^(a+)+$/) %}", { ...SCOPE, input });
+  assert.equal(v, null);
+  assert.ok(performance.now() - t < 1_000, `took ${performance.now() - t} ms`);
+  // The same semantics as RegExp for what both run: groups, flags, indices past a surrogate pair.
+  assert.deepEqual(
+    await evaluate('{% $match("x😀ÉÉb-éb", /(é+)b/i) %}', SCOPE),
+    [
+      { match: "ÉÉb", index: 3, groups: ["ÉÉ"] },
+      { match: "éb", index: 7, groups: ["é"] },
+    ],
+  );
+  assert.equal(await evaluate('{% $replace("a1b22", /\\d+/, "#") %}', SCOPE), "a#b#");
+  assert.deepEqual(await evaluate('{% $split("a, b,c", /,\\s*/) %}', SCOPE), ["a", "b", "c"]);
+  assert.equal(await evaluate('{% $contains("Hello", /^h/i) %}', SCOPE), true);
+  assert.equal(await evaluate('{% $contains("\\u00e9t\\u00e9", /\\u00e9t/) %}', SCOPE), true);
+});
+
+Deno.test("a regular expression RE2 cannot run is refused at deploy, with its path", () => {
+  assert.deepEqual(regexProblems("$match($input, /a+/)"), []);
+  assert.equal(regexProblems("$match($input, /(a)\\1/)").length, 1);
+  const r = validateWorkflow({
+    ir: "orbit-ir/1",
+    name: "Re",
+    version: "1.0.0",
+    steps: [{ id: "done", return: "{% $match($input, /(?<=a)b/) %}" }],
+  });
+  assert.equal(r.ok, false);
+  const problems = r.ok ? [] : r.problems;
+  assert.equal(problems.length, 1, JSON.stringify(problems));
+  assert.equal(problems[0]!.path, "$.steps[0].return");
+  assert.match(problems[0]!.message, /linear-time engine/);
+});
+
+Deno.test("a long evaluation gives the event loop back while it runs out its budget", async () => {
+  setExpressionRuntime({ timeoutMs: 400 }, {
+    now: () => performance.now(),
+    pause: () => new Promise((resolve) => setTimeout(resolve, 0)),
+    sliceMs: 10,
+  });
+  try {
+    const ticks: number[] = [];
+    const started = performance.now();
+    const timer = setInterval(() => ticks.push(performance.now() - started), 20);
+    await assert.rejects(
+      () => evaluate("{% ($f := function($n){ $f($n + 1) }; $f(0)) %}", SCOPE),
+      ExpressionLimitError,
+    );
+    clearInterval(timer);
+    // Without the pauses no timer runs until the evaluation ends (one microtask chain).
+    assert.ok(ticks.length >= 5, `the interval ran ${ticks.length} times: ${ticks}`);
+    assert.ok(ticks[0]! < 100, `first tick after ${ticks[0]} ms`);
+  } finally {
+    setExpressionRuntime({}, null);
+  }
+});
+
+Deno.test("the budget's defaults are what the README states", () => {
+  assert.deepEqual(DEFAULT_EXPRESSION_BUDGET, {
+    timeoutMs: 1000,
+    maxDepth: 2000,
+    maxSequence: 1_000_000,
+    maxResultBytes: 1_048_576,
+  });
+});
