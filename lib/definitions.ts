@@ -16,10 +16,15 @@ async function sha256(text: string): Promise<string> {
  * Semantic-version precedence (semver.org §11, via npm `semver`): numeric pre-release
  * identifiers compare as numbers (`alpha.2` < `alpha.10`), a pre-release sorts before its
  * release, and build metadata (`+build`) does not count. Versions equal in precedence but
- * different as text (`1.0.0+a`, `1.0.0+b`) are ordered by text, so the order is total.
+ * different as text (`1.0.0+a`, `1.0.0+b`) are ordered by text, so the order is total. A
+ * version `semver` cannot read (deployed before deploy checked number sizes, such as
+ * `9007199254740993.0.0`) sorts below every other, so it never poisons "the latest".
  */
 export function compareSemver(a: string, b: string): number {
-  return semver.compare(a, b) || (a < b ? -1 : a > b ? 1 : 0);
+  const va = semver.valid(a) !== null, vb = semver.valid(b) !== null;
+  const byText = a < b ? -1 : a > b ? 1 : 0;
+  if (!va || !vb) return va === vb ? byText : va ? 1 : -1;
+  return semver.compare(a, b) || byText;
 }
 
 export class Definitions {

@@ -62,3 +62,43 @@ Deno.test("a start without a version runs the highest deployed version by semver
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("deploy refuses a version npm semver cannot read: numbers past 15 digits, leading zeros, empty parts", async () => {
+  const dir = await Deno.makeTempDir();
+  const store = await openSqliteStore(`${dir}/orbit.db`);
+  try {
+    await store.migrate();
+    const defs = new Definitions(store, Date.now);
+    const doc = (version: string) => ({
+      ir: "orbit-ir/1",
+      name: "Huge",
+      version,
+      steps: [{ id: "done", return: version }],
+    });
+    for (
+      const v of [
+        "9007199254740993.0.0",
+        "1.9999999999999999.0",
+        "1.0.0-01",
+        "1.0.0-a..b",
+        "1.0.0+x..y",
+        `1.0.0-${"a".repeat(130)}`,
+      ]
+    ) {
+      await assert.rejects(() => defs.deploy(doc(v)), (e: Error & { code?: string }) => {
+        assert.equal(e.code, "INVALID_WORKFLOW", v);
+        return true;
+      });
+    }
+    await defs.deploy(doc("999999999999999.0.0"));
+    assert.equal((await defs.resolve("Huge")).version, "999999999999999.0.0");
+  } finally {
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a version semver cannot read, already in the database, sorts lowest and poisons nothing", () => {
+  const sorted = ["2.0.0", "9007199254740993.0.0", "1.0.0", "1.0.0-01"].sort(compareSemver);
+  assert.deepEqual(sorted, ["1.0.0-01", "9007199254740993.0.0", "1.0.0", "2.0.0"]);
+});

@@ -510,8 +510,11 @@ function lastDispatchByTask(
   return out;
 }
 
+/** A time as ISO 8601; one past what a Date holds (a timer of a history written before sleep_s
+ * was capped when computed, `fire_at_ms` 1e303) reads as the text of its number. */
 function iso(ms: number): string {
-  return new Date(ms).toISOString();
+  const d = new Date(ms);
+  return Number.isNaN(d.getTime()) ? String(ms) : d.toISOString();
 }
 
 function fmtS(ms: number): string {

@@ -104,7 +104,10 @@ const scheduleSchema = z.strictObject({
     "must be 1-128 letters, digits, _ . or - (starting with a letter or digit)",
   ),
   workflow: z.string().regex(NAME_RE, "must be a workflow name"),
-  version: z.string().regex(SEMVER_RE, "must be a semantic version such as 1.0.0").optional(),
+  version: z.string().regex(
+    SEMVER_RE,
+    "must be a semantic version such as 1.0.0 (each number at most 15 digits)",
+  ).optional(),
   input: z.unknown().optional(),
   every_s: seconds(MAX_SECONDS).min(1, "must be at least 1").optional(),
   cron: z.string().min(1, "must not be empty").max(256, "must be at most 256 characters")

@@ -15,10 +15,12 @@
 import type { ErrorInfo, StartedKind } from "./events.ts";
 import { evaluate } from "./expr.ts";
 import {
+  countSteps,
   DEFAULT_HTTP_TIMEOUT_S,
   HTTP_TASK,
   type HttpStep,
   kindOf,
+  MAX_SLEEP_S,
   type Step,
   type TaskStep,
 } from "./ir.ts";
@@ -39,7 +41,10 @@ type Walk = "done" | "blocked" | "progress";
 /** Moves the run forward until it waits for something outside or ends. */
 export async function advance(b: Builder): Promise<void> {
   const s = b.state;
-  for (let guard = 0; guard < 10_000; guard++) {
+  // Each turn that makes progress emits at least one event for some step, and a step emits a
+  // handful; the bound only stops a turn that would never settle (a defect, not a workflow).
+  const bound = 8 * (countSteps(b.def) + s.compensation_queue.length) + 1_000;
+  for (let guard = 0; guard < bound; guard++) {
     if (s.phase === "closed") return;
     if (s.phase === "compensating") {
       if (await compensate(b) === "blocked") return;
@@ -70,7 +75,15 @@ export async function advance(b: Builder): Promise<void> {
     }
     return;
   }
-  throw new Error("advance did not settle");
+  // Never a 500 on every later result: the execution fails, with what happened.
+  b.emit({
+    type: "WorkflowFailed",
+    error: {
+      code: "ENGINE_LIMIT",
+      message: `the engine took more than ${bound} turns on one decision without settling`,
+      retryable: false,
+    },
+  });
 }
 
 /** The step list a frame runs. */
@@ -296,7 +309,11 @@ async function start(b: Builder, d: Step, frame: string, sid: string): Promise<v
   if ("sleep_s" in d) {
     const r = await evalOr(d.sleep_s, sc, `step "${sid}" sleep_s`);
     const secs = r.v;
-    if (r.error || typeof secs !== "number" || !Number.isFinite(secs) || secs < 0) {
+    // The cap a literal sleep_s has at deploy holds for a computed one too.
+    if (
+      r.error || typeof secs !== "number" || !Number.isFinite(secs) || secs < 0 ||
+      secs > MAX_SLEEP_S
+    ) {
       return failStarted(
         b,
         sid,
@@ -304,9 +321,8 @@ async function start(b: Builder, d: Step, frame: string, sid: string): Promise<v
         "sleep",
         r.error ?? {
           code: "EXPRESSION_ERROR",
-          message: `step "${sid}" sleep_s must be a number of seconds >= 0, got ${
-            JSON.stringify(secs)
-          }`,
+          message: `step "${sid}" sleep_s must be a number of seconds from 0 to ${MAX_SLEEP_S}` +
+            `, got ${JSON.stringify(secs)?.slice(0, 100)}`,
           retryable: false,
         },
       );

@@ -178,6 +178,28 @@ Deno.test("decide() sleep_s may be an expression; a bad value fails the step", a
   assert.match(bad.s.error!.message, /sleep_s must be a number/);
 });
 
+Deno.test("decide() a computed sleep_s keeps the one-year cap a literal one has at deploy", async () => {
+  for (const s of [1e300, 31_536_000.5]) {
+    const d = new Driver(workflow2([{ id: "nap", sleep_s: "{% $input.s %}" }]));
+    await d.start({ s });
+    assert.equal(d.s.status, "failed", `sleep_s ${s}`);
+    assert.equal(d.s.error?.code, "EXPRESSION_ERROR");
+    assert.match(d.s.error!.message, /sleep_s must be a number of seconds from 0 to 31536000/);
+    assert.deepEqual(d.s.timers, {});
+  }
+  const year = new Driver(workflow2([{ id: "nap", sleep_s: "{% $input.s %}" }]));
+  await year.start({ s: 31_536_000 });
+  assert.equal(year.s.timers["sleep:nap"]?.fire_at_ms, T0 + 31_536_000_000);
+});
+
+Deno.test("decide() a definition of 9,999 synchronous steps runs to its end in one decision", async () => {
+  const steps = Array.from({ length: 9_999 }, (_, i) => ({ id: `s${i}`, assign: { n: i } }));
+  const d = new Driver(workflow2(steps));
+  await d.start({});
+  assert.equal(d.s.status, "completed");
+  assert.deepEqual(d.s.vars, { n: 9_998 });
+});
+
 Deno.test("decide() handlers assign $vars that a query evaluates on the current state", async () => {
   const def = workflow2([
     { id: "init", assign: { status: "new", items: [] } },

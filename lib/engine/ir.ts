@@ -7,6 +7,7 @@
  */
 export {
   IR2_KINDS,
+  MAX_SLEEP_S,
   NAME_RE,
   SEMVER_RE,
   SUPPORTED_IR,
@@ -140,6 +141,43 @@ export interface WorkflowDoc {
   queries?: Record<string, unknown>;
   handlers?: Record<string, Step[]>;
   steps: Step[];
+}
+
+/** The most steps a definition may hold, counted by countSteps. */
+export const MAX_STEPS = 10_000;
+
+/**
+ * The steps of a document at every depth: `then`/`else` and `parallel` branches, handlers, and
+ * a task step's compensation each count. Reads an unchecked document too (anything that is not a
+ * list of objects counts nothing), so deploy can judge a document before it is typed.
+ */
+export function countSteps(doc: unknown): number {
+  if (doc === null || typeof doc !== "object") return 0;
+  let n = counted.get(doc);
+  if (n === undefined) counted.set(doc, n = count(doc));
+  return n;
+}
+
+/** countSteps per document object (a deployed definition is one object while cached). */
+const counted = new WeakMap<object, number>();
+
+function count(doc: unknown): number {
+  const isObj = (v: unknown): v is Record<string, unknown> =>
+    v !== null && typeof v === "object" && !Array.isArray(v);
+  const list = (v: unknown): number => {
+    if (!Array.isArray(v)) return 0;
+    let n = 0;
+    for (const s of v) {
+      if (!isObj(s)) continue;
+      n += 1 + (isObj(s.compensate) ? 1 : 0) + list(s.then) + list(s.else);
+      if (Array.isArray(s.parallel)) { for (const b of s.parallel) n += list(b); }
+    }
+    return n;
+  };
+  if (!isObj(doc)) return 0;
+  let n = list(doc.steps);
+  if (isObj(doc.handlers)) { for (const h of Object.values(doc.handlers)) n += list(h); }
+  return n;
 }
 
 export interface Problem {

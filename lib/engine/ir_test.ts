@@ -307,3 +307,36 @@ Deno.test("isTaskStep(), compensationId() and canonicalJson() behave as document
   );
   assert.equal(canonicalJson({ y: 1, x: 2 }), canonicalJson({ x: 2, y: 1 }));
 });
+
+Deno.test("validateWorkflow() refuses more than 10,000 steps, counting branches, handlers and compensations", () => {
+  const assign = (i: number) => ({ id: `s${i}`, assign: { n: i } });
+  const doc = (steps: unknown[], extra: Record<string, unknown> = {}) => ({
+    ir: "orbit-ir/2",
+    name: "Many",
+    version: "1.0.0",
+    steps,
+    ...extra,
+  });
+  const ok = validateWorkflow(doc(Array.from({ length: 10_000 }, (_, i) => assign(i))));
+  assert.equal(ok.ok, true);
+  const nested = doc([
+    { id: "b", if: true, then: Array.from({ length: 9_000 }, (_, i) => assign(i)) },
+    {
+      id: "p",
+      parallel: [[{
+        id: "t",
+        task: "x",
+        contract: "1",
+        compensate: { task: "y", contract: "1" },
+      }]],
+    },
+  ], { handlers: { go: Array.from({ length: 997 }, (_, i) => assign(10_000 + i)) } });
+  // 1 + 9,000 + 1 + 2 + 997 = 10,001
+  const r = validateWorkflow(nested);
+  assert.equal(r.ok, false);
+  assert.deepEqual(r.ok ? [] : r.problems, [{
+    path: "$.steps",
+    message: "a workflow may hold at most 10000 steps (branches, handlers and compensations " +
+      "included); this one has 10001",
+  }]);
+});
