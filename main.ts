@@ -17,7 +17,9 @@ import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
 import { parseWorkersFile, type WorkersFile } from "./lib/workers_file.ts";
 import { settledBy } from "./lib/with_timeout.ts";
-import { setExpressionRuntime } from "./lib/engine/expr.ts";
+import { configureExpressions, DEFAULT_EXPRESSION_BUDGET } from "./lib/engine/expr.ts";
+import { EXPRESSION_WORKER_NAME, WorkerSandbox } from "./lib/expr_sandbox.ts";
+import { runExpressionWorker } from "./lib/expr_worker.ts";
 
 /**
  * How long a graceful stop (SIGTERM, Ctrl+C) waits for in-flight requests and appends before it
@@ -83,12 +85,17 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       );
     }
   }
-  // Every expression runs on a budget and, when long, gives the event loop back every 10 ms.
-  setExpressionRuntime({ timeoutMs: cfg.expressionTimeoutMs }, {
-    now: () => performance.now(),
-    pause: () => new Promise((resolve) => setTimeout(resolve, 0)),
-    sliceMs: 10,
+  // User expressions run in worker threads with a hard deadline, never in this thread.
+  const budget = { ...DEFAULT_EXPRESSION_BUDGET, timeoutMs: cfg.expressionTimeoutMs };
+  const sandbox = new WorkerSandbox({
+    budget,
+    onTerminated: (text, ms) =>
+      log.engine.warn("an expression ran past its deadline; its worker was stopped", {
+        expression: text.slice(0, 120),
+        ms: Math.round(ms),
+      }),
   });
+  configureExpressions({ budget, sandbox });
   if (!cfg.token) {
     log.server.warn("no --token given: every client that can reach the address may use the API");
   }
@@ -239,6 +246,7 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     else if (sharedNode) await sharedNode.stop(deadline);
     else await single!.stop();
     log.server.info("stopped");
+    sandbox.close();
     Deno.exit(0);
   };
   Deno.addSignalListener("SIGTERM", () => stop("SIGTERM"));
@@ -346,6 +354,10 @@ program.command("server")
 
 registerClientCommands(program);
 
-if (import.meta.main) {
+if ((globalThis as { name?: string }).name === EXPRESSION_WORKER_NAME) {
+  // The bundle (and a compiled binary) has no separate worker file: the expression sandbox's
+  // workers run this module under their name (lib/expr_sandbox.ts).
+  runExpressionWorker();
+} else if (import.meta.main) {
   await program.parseAsync(Deno.args, { from: "user" });
 }

@@ -17,9 +17,8 @@
  * recursive function), `maxSequence` items in one sequence, and a result of at most
  * `maxResultBytes` as JSON; regular expressions run on RE2 (./regex.ts). An overrun is an
  * ExpressionLimitError (code EXPRESSION_LIMIT), which fails the step or the execution like any
- * other expression error. With a scheduler set (setExpressionRuntime, by the server), a long
- * evaluation also gives the event loop back every `sliceMs`, so other requests are answered
- * while it runs out its budget.
+ * other expression error. On a server, JSONata runs in a sandbox of worker threads with a hard
+ * deadline (see ExpressionSandbox), so the server's own thread never runs user code.
  */
 import jsonata from "jsonata";
 import { LinearRegExp } from "./regex.ts";
@@ -127,26 +126,26 @@ export const DEFAULT_EXPRESSION_BUDGET: Readonly<ExpressionBudget> = {
   maxResultBytes: 1_048_576,
 };
 
-/** How a long evaluation gives the event loop back (injected: the engine reads no clock). */
-export interface ExpressionScheduler {
-  /** A monotonic clock in milliseconds. */
-  now(): number;
-  /** Resolves after the event loop has run its pending work (a macrotask). */
-  pause(): Promise<void>;
-  /** Running time after which an evaluation pauses. */
-  sliceMs: number;
+/**
+ * Where JSONata runs: a sandbox the server injects (lib/expr_sandbox.ts: worker threads with a
+ * hard deadline, since one call of a built-in such as `$distinct` over a large array runs
+ * without ever reaching JSONata's guards), or in this thread when none is set (tests, tools).
+ * Either way the same evaluateJsonata runs the expression; the sandbox answers its result or
+ * throws an ExpressionError or ExpressionLimitError.
+ */
+export interface ExpressionSandbox {
+  evaluate(text: string, scope: Scope): Promise<unknown>;
 }
 
 let budget: ExpressionBudget = { ...DEFAULT_EXPRESSION_BUDGET };
-let scheduler: ExpressionScheduler | null = null;
+let sandbox: ExpressionSandbox | null = null;
 
-/** Sets the budget (and the scheduler) of every evaluation from now on. */
-export function setExpressionRuntime(
-  b: Partial<ExpressionBudget>,
-  s: ExpressionScheduler | null = scheduler,
+/** Sets the budget and the sandbox of every evaluation from now on. */
+export function configureExpressions(
+  o: { budget?: Partial<ExpressionBudget>; sandbox?: ExpressionSandbox | null },
 ): void {
-  budget = { ...DEFAULT_EXPRESSION_BUDGET, ...b };
-  scheduler = s;
+  if (o.budget !== undefined) budget = { ...DEFAULT_EXPRESSION_BUDGET, ...o.budget };
+  if (o.sandbox !== undefined) sandbox = o.sandbox;
   cache.clear();
 }
 
@@ -155,29 +154,66 @@ export function expressionBudget(): Readonly<ExpressionBudget> {
   return budget;
 }
 
-/** The evaluation's own frame (jsonata.js `environment.base`), where a slice start is kept. */
-interface EvalBase {
-  orbitSliceStart?: number;
+/** A budget overrun raised from inside a built-in (mapped to ExpressionLimitError). */
+function limitReached(message: string): never {
+  throw { code: "ORBIT_LIMIT", message, stack: new Error().stack };
 }
 
-/** JSONata's hook before every node: pauses when the evaluation has run a whole slice. */
-function entryHook(
-  _expr: unknown,
-  _input: unknown,
-  env: { base: EvalBase },
-): Promise<void> | undefined {
-  const s = scheduler;
-  if (!s) return undefined;
-  const base = env.base;
-  const now = s.now();
-  if (base.orbitSliceStart === undefined) {
-    base.orbitSliceStart = now;
-    return undefined;
+/**
+ * `$sort` in linear-logarithmic time. JSONata's own merge sort merges by recursion on
+ * `slice(1)`: quadratic time and memory, so `$sort([1..100000])` ran the process out of memory
+ * without ever reaching a guard. Same contract: numbers or strings sort ascending, a comparator
+ * `function($l, $r)` answers true to put `$r` first, and the sort is stable.
+ */
+async function sortFn(
+  arr: unknown[] | undefined,
+  comparator?: (a: unknown, b: unknown) => Promise<unknown>,
+): Promise<unknown[] | undefined> {
+  if (arr === undefined) return undefined;
+  if (arr.length <= 1) return arr;
+  if (comparator === undefined) {
+    const numbers = arr.every((v) => typeof v === "number" && Number.isFinite(v));
+    if (!numbers && !arr.every((v) => typeof v === "string")) {
+      throw { code: "D3070", index: 1, stack: new Error().stack };
+    }
+    return [...arr].sort((a, b) =>
+      (a as number | string) < (b as number | string)
+        ? -1
+        : (a as number | string) > (b as number | string)
+        ? 1
+        : 0
+    );
   }
-  if (now - base.orbitSliceStart < s.sliceMs) return undefined;
-  return s.pause().then(() => {
-    base.orbitSliceStart = s.now();
-  });
+  // Bottom-up merge sort: n log n comparisons, each the user's function (so on the budget).
+  let src = [...arr];
+  let dst = new Array<unknown>(src.length);
+  for (let width = 1; width < src.length; width *= 2) {
+    for (let lo = 0; lo < src.length; lo += 2 * width) {
+      const mid = Math.min(lo + width, src.length), hi = Math.min(lo + 2 * width, src.length);
+      let i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) dst[k++] = await comparator(src[i], src[j]) ? src[j++] : src[i++];
+      while (i < mid) dst[k++] = src[i++];
+      while (j < hi) dst[k++] = src[j++];
+    }
+    [src, dst] = [dst, src];
+  }
+  return src;
+}
+
+/** `$pad` that refuses a width past the result budget before it builds the string. */
+function padFn(this: unknown, str: string | undefined, width: number, char?: string) {
+  if (Math.abs(Math.trunc(width)) > budget.maxResultBytes) {
+    limitReached(`$pad width ${width} is past the limit of ${budget.maxResultBytes}`);
+  }
+  if (str === undefined) return undefined;
+  const fill = char === undefined || char.length === 0 ? " " : char;
+  const w = Math.trunc(width);
+  const chars = [...str].length;
+  const missing = Math.abs(w) - chars;
+  if (missing <= 0) return str;
+  const padding = [...fill.repeat(Math.ceil(missing / [...fill].length))].slice(0, missing)
+    .join("");
+  return w > 0 ? str + padding : padding + str;
 }
 
 /** Compiles (and caches) a JSONata expression; throws with JSONata's message when invalid. */
@@ -191,9 +227,9 @@ export function compile(text: string): Compiled {
       // JSONata uses only `lastIndex` and `exec` of the class it is given.
       RegexEngine: LinearRegExp as unknown as RegExpConstructor,
     });
-    if (scheduler) {
-      c.assign(Symbol.for("jsonata.__evaluate_entry") as unknown as string, entryHook);
-    }
+    // Bound in the expression's own frame, so they stand in for the built-ins of that name.
+    c.registerFunction("sort", sortFn as never, "<af?:a>");
+    c.registerFunction("pad", padFn as never, "<s-ns?:s>");
     if (cache.size > 10_000) cache.clear();
     cache.set(text, c);
   }
@@ -271,6 +307,7 @@ export class ExpressionLimitError extends ExpressionError {
 
 /** JSONata's codes for a guard that stopped an evaluation (jsonata.js, errorCodes). */
 const LIMIT_CODES = new Set([
+  "ORBIT_LIMIT", // a built-in refused an argument past the budget (limitReached)
   "D1011", // stack too deep
   "D1012", // ran too long
   "D2014", // a range of more than 10 million items
@@ -358,27 +395,7 @@ async function evaluateAsync(template: unknown, scope: Scope): Promise<unknown> 
       const v = readPath(path, scope);
       if (v !== NEEDS_JSONATA) return v === undefined ? null : normalize(v);
     }
-    let result: unknown;
-    try {
-      result = await compile(text).evaluate({}, { ...scope });
-      // JSONata returns undefined for "no match"; JSON has null.
-      result = result === undefined ? null : normalize(result);
-    } catch (e) {
-      const msg = (e as { message?: string }).message ?? String(e);
-      if (isLimit(e)) {
-        throw new ExpressionLimitError(
-          `Expression "${brief(text)}" overran its budget: ${msg}`,
-        );
-      }
-      throw new ExpressionError(`Cannot evaluate expression "${text}": ${msg}`);
-    }
-    if (tooLarge(result, budget.maxResultBytes)) {
-      throw new ExpressionLimitError(
-        `Expression "${brief(text)}" produced more than ${budget.maxResultBytes} characters ` +
-          "of JSON",
-      );
-    }
-    return result;
+    return sandbox ? await sandbox.evaluate(text, scope) : await evaluateJsonata(text, scope);
   }
   if (Array.isArray(template)) {
     const out = [];
@@ -396,6 +413,32 @@ async function evaluateAsync(template: unknown, scope: Scope): Promise<unknown> 
 /** An expression's text shortened for a message. */
 function brief(text: string): string {
   return text.length > 200 ? `${text.slice(0, 200)}…` : text;
+}
+
+/**
+ * Runs one JSONata expression in this thread, on the budget: its plain JSON result, or an
+ * ExpressionError (ExpressionLimitError for an overrun). What a sandbox runs.
+ */
+export async function evaluateJsonata(text: string, scope: Scope): Promise<unknown> {
+  let result: unknown;
+  try {
+    result = await compile(text).evaluate({}, { ...scope });
+    // JSONata returns undefined for "no match"; JSON has null.
+    result = result === undefined ? null : normalize(result);
+  } catch (e) {
+    const msg = (e as { message?: string }).message ?? String(e);
+    if (isLimit(e)) {
+      throw new ExpressionLimitError(`Expression "${brief(text)}" overran its budget: ${msg}`);
+    }
+    throw new ExpressionError(`Cannot evaluate expression "${text}": ${msg}`);
+  }
+  if (tooLarge(result, budget.maxResultBytes)) {
+    throw new ExpressionLimitError(
+      `Expression "${brief(text)}" produced more than ${budget.maxResultBytes} characters ` +
+        "of JSON",
+    );
+  }
+  return result;
 }
 
 /** JSONata functions and lambdas are objects marked by a flag, not JS functions. */
