@@ -231,6 +231,12 @@ export class Executions {
   readonly #suspect = new Map<string, Doubt>();
   /** Shared mode: where commands for executions owned elsewhere go. */
   remote: RemoteCommands | null = null;
+  /**
+   * Runs memory saw end with continue-as-new whose next run has not started yet (the two are
+   * separate commits, see #continue): a cancel, a signal or a wait that comes in between
+   * starts or waits for the next run rather than finding the execution ended.
+   */
+  readonly #continuing = new Map<string, { ended: ExecutionState; def: WorkflowDoc }>();
   /** Running executions not held in memory (evicted, or not loaded at start). */
   #idle = 0;
   #sweepQueued = false;
@@ -342,6 +348,7 @@ export class Executions {
     const a = this.#active.get(id);
     if (a) { for (const t of a.timers) clearTimeout(t); }
     this.#active.delete(id);
+    this.#continuing.delete(id);
     this.opts.ownership?.epochs.delete(id);
     const timer = this.#suspect.get(id)?.timer;
     if (timer) clearTimeout(timer);
@@ -563,6 +570,15 @@ export class Executions {
   > {
     return this.serial(id, async () => {
       if (this.#suspect.has(id)) await this.#resync(id);
+      if (!this.#active.has(id) && this.#continuing.has(id)) {
+        // Between a run that continued as new and its next run: a cancel starts the next run
+        // cancelled (a chain that continues at once would otherwise never be caught running);
+        // anything else waits for the next run.
+        if (cmd.type === "cancel") {
+          const next = await this.#continuePending(id, cmd.reason);
+          if (next) return { accepted: true, state: next, followed: false, events: [] };
+        } else await this.#continuePending(id);
+      }
       if (!this.#active.has(id)) {
         if (this.#loadsHere) await this.#loadOne(id);
         else if (owned) await this.#loadOwned(id);
@@ -732,8 +748,9 @@ export class Executions {
       ? await this.serial(id, () => this.#loadOne(id))
       : undefined;
     // A running execution is in memory here: no read before or after (its row when it closes
-    // is the one just committed), which saves two queries per wait on the hot path.
-    if (!this.opts.readOnly && this.#active.has(id)) {
+    // is the one just committed), which saves two queries per wait on the hot path. So is one
+    // whose next run (continue-as-new) is about to start.
+    if (!this.opts.readOnly && (this.#active.has(id) || this.#continuing.has(id))) {
       const closed = await new Promise<ExecutionRow | null>((resolve) => {
         const set = this.#waiters.get(id) ?? new Set();
         this.#waiters.set(id, set);
@@ -1045,20 +1062,43 @@ export class Executions {
     } while (cursor);
   }
 
-  /** Starts the next run of a run that ended with continue-as-new (same execution id). */
-  async #continue(ended: ExecutionState, def: WorkflowDoc): Promise<void> {
+  /**
+   * Starts the next run of a run that ended with continue-as-new (same execution id); with
+   * `cancel`, the next run starts cancelled (a cancel that came between the two runs). Answers
+   * the next run's state, or null when it did not start (nothing to continue, or the commit
+   * failed). A next run that itself ends with continue-as-new in its first append (a run that
+   * continues at once) is continued in a later turn of its execution's chain, not here: a
+   * cancel or a signal that queued meanwhile goes first, and a chain that continues for ever
+   * holds no request up.
+   */
+  async #continue(
+    ended: ExecutionState,
+    def: WorkflowDoc,
+    cancel?: string,
+  ): Promise<ExecutionState | null> {
     const id = ended.execution_id;
+    const pending = this.#continuing.get(id);
+    // Already started from memory (a queued turn that came after a direct one).
+    if (pending && pending.ended.run_id !== ended.run_id) return null;
     const cmd = continuation(ended);
-    if (!cmd) return;
+    if (!cmd) return null;
     const now = this.clock.now();
-    const d = await decide(def, null, cmd, { now, newId: this.clock.newId });
+    const d = await decide(
+      def,
+      null,
+      cancel !== undefined ? { ...cmd, cancel } : cmd,
+      { now, newId: this.clock.newId },
+    );
     const item = this.#item(ended, d.state, d.events, now, false);
     try {
       await this.committer.append(item);
     } catch (e) {
+      // Memory no longer takes it for a next run to start: the resync below (or the owner
+      // that fenced this node) does.
+      this.#continuing.delete(id);
       if (e instanceof FencedError) {
         this.#fenced(id, e);
-        return;
+        return null;
       }
       // The row stays `continued` unless the commit landed after all: the resync commits the
       // same next run again (its run id and events), which either lands or finds that it had
@@ -1077,14 +1117,31 @@ export class Executions {
         events: d.events,
         delivered: false,
       }, true);
-      return;
+      return null;
     }
     log.engine.info("execution continued as new", {
       execution_id: id,
       run_id: d.state.run_id,
       run: d.state.run_number,
     });
+    this.#continuing.delete(id);
     this.#install(id, null, d.state, def, d.events);
+    if (d.state.continued) {
+      this.serial(id, () => this.#continuePending(id)).catch((e) => {
+        log.engine.error("cannot start the next run after continue-as-new", {
+          execution_id: id,
+          error: (e as Error).message,
+        });
+      });
+    }
+    return d.state;
+  }
+
+  /** The next run of a run memory saw end with continue-as-new, if it has not started yet. */
+  async #continuePending(id: string, cancel?: string): Promise<ExecutionState | null> {
+    const p = this.#continuing.get(id);
+    if (!p || this.#stopped) return null;
+    return await this.#continue(p.ended, p.def, cancel);
   }
 
   stop(): void {
@@ -1322,6 +1379,7 @@ export class Executions {
     if (next.phase === "closed") {
       this.#active.delete(id);
       if (next.status !== "continued") this.opts.ownership?.epochs.delete(id);
+      else if (!this.#stopped) this.#continuing.set(id, { ended: next, def });
       this.metrics.executionsClosed.inc({ status: next.status });
       log.engine.info(`execution ${next.status}`, { execution_id: id });
       const set = next.status === "continued" ? undefined : this.#waiters.get(id);

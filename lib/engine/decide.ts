@@ -42,6 +42,12 @@ export type Command =
     signals?: Array<{ signal: string; payload: unknown }>;
     /** The execution's deadline (a continued run keeps its first run's). */
     timeout_at_ms?: number;
+    /**
+     * Continue-as-new: a cancel that reached the execution between a run's end and the next
+     * run's start; the next run starts cancelled (WorkflowCancelRequested, WorkflowCancelled)
+     * instead of running its steps.
+     */
+    cancel?: string;
   }
   | { type: "dispatch"; step: string; token: string; worker_id: string; worker_session: string }
   | { type: "complete"; token: string; output: unknown }
@@ -136,6 +142,7 @@ function handle(b: Builder, cmd: Command): boolean {
   if (cmd.type === "start") {
     if (s.last_seq !== 0) return false;
     start(b, cmd);
+    if (cmd.cancel !== undefined) b.emit({ type: "WorkflowCancelRequested", reason: cmd.cancel });
     return true;
   }
   // Nothing but a start applies to a run that has no history yet.
