@@ -20,7 +20,14 @@
  * inbox. The wake-up poll lists only executions this node owns (`Ownership.listWaking`), and
  * a takeover or resume loads only those with work due (`adopt`).
  */
-import { type Command, continuation, decide, wakeups } from "./engine/decide.ts";
+import {
+  type ChildLimits,
+  type Command,
+  type Context,
+  continuation,
+  decide,
+  wakeups,
+} from "./engine/decide.ts";
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
 import type { WorkflowDoc } from "./engine/ir.ts";
 import { type ExecutionState, inFlightCount, replay } from "./engine/state.ts";
@@ -258,8 +265,16 @@ export class Executions {
        * load again on demand. Absent or null: every running execution stays in memory.
        */
       cacheExecutions?: number | null;
+      /** `--max-child-depth`, `--max-children-per-execution` (absent: none). */
+      childLimits?: ChildLimits;
     },
   ) {}
+
+  /** What the pure core sees of the server at `now`: the clock, ids, and the child limits. */
+  #ctx(now: number): Context {
+    const limits = this.opts.childLimits;
+    return { now, newId: this.clock.newId, ...(limits ? { limits } : {}) };
+  }
 
   /** Whether executions leave memory and load on demand (a bounded cache; never on a standby). */
   get #lazy(): boolean {
@@ -435,10 +450,17 @@ export class Executions {
     this.#observers.push(o);
   }
 
-  /** `link`: the parent of a child execution (a `child` step), whose root it shares. */
+  /**
+   * `link`: the parent of a child execution (a `child` step), whose root it shares, and the
+   * child's depth. `admit` runs in the start's own turn, after the check for an id that runs
+   * already and before the limit and the commit, and refuses the start by throwing: the child
+   * coordinator checks there that the parent still waits for the child (a cancel of the parent
+   * that commits later finds the child started, and its cancel is queued behind this start).
+   */
   async start(
     req: StartRequest,
-    link?: { parent_id: string; root_id: string },
+    link?: { parent_id: string; root_id: string; depth?: number },
+    admit?: () => void,
   ): Promise<{ created: boolean; row: ExecutionRow }> {
     const id = req.execution_id ?? this.clock.newId();
     if (!EXECUTION_ID_RE.test(id)) {
@@ -464,6 +486,7 @@ export class Executions {
       if (this.#suspect.has(id)) await this.#resync(id);
       const a = this.#active.get(id);
       if (a) return { created: false, row: rowOf(a.state, this.clock.now()) };
+      admit?.();
       // Starts of other ids run at the same time: those still committing hold a slot too.
       const running = this.running + this.#starting;
       if (this.opts.maxActive !== null && running >= this.opts.maxActive) {
@@ -492,7 +515,7 @@ export class Executions {
             input: req.input ?? null,
             ...(link ?? {}),
           },
-          { now, newId: this.clock.newId },
+          this.#ctx(now),
           (st) => {
             offer = this.observer?.offerFirst?.(st) ?? null;
             return offer?.command ?? null;
@@ -586,7 +609,7 @@ export class Executions {
       const a = this.#active.get(id);
       if (!a) return null;
       const now = this.clock.now();
-      const ctx = { now, newId: this.clock.newId };
+      const ctx = this.#ctx(now);
       const d = await decide(a.def, a.state, cmd, ctx, follow);
       const followed = d.followed;
       if (d.events.length === 0) {
@@ -1087,7 +1110,7 @@ export class Executions {
       def,
       null,
       cancel !== undefined ? { ...cmd, cancel } : cmd,
-      { now, newId: this.clock.newId },
+      this.#ctx(now),
     );
     const item = this.#item(ended, d.state, d.events, now, false);
     try {
