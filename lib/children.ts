@@ -57,6 +57,12 @@ export class Children implements ExecutionObserver {
   #timers = new Set<ReturnType<typeof setTimeout>>();
   #stopped = false;
   /**
+   * Whether the start-up recovery is over (`afterRecovery()`): before, the children of the
+   * executions it loads are not looked at, since an ancestor loaded later would read as ended
+   * (#admit); afterRecovery looks at every one.
+   */
+  #recovered = false;
+  /**
    * Running children held here, by root: what `--max-descendants` counts (ids memory no
    * longer holds are pruned when a count nears the limit), and starts admitted but not
    * committed yet.
@@ -94,6 +100,7 @@ export class Children implements ExecutionObserver {
         if (abandoned && before.child) this.#cancel(before.child.execution_id, next.execution_id);
       }
     }
+    if (!this.#recovered) return;
     for (const st of openSteps(next, "child")) {
       if (prev === null || st.child_run_id === undefined) this.#ensure(next, st);
     }
@@ -188,6 +195,13 @@ export class Children implements ExecutionObserver {
    * child's cancel committed).
    */
   afterRecovery(ids?: Iterable<string>): void {
+    if (!ids && !this.#recovered) {
+      // Every execution of the start-up recovery is held now: their children are looked at.
+      this.#recovered = true;
+      for (const s of [...this.executions.heldStates()]) {
+        for (const st of openSteps(s, "child")) this.#ensure(s, st);
+      }
+    }
     const states = ids
       ? [...ids].map((id) => this.executions.stateOf(id)).filter((s) => s !== undefined)
       : [...this.executions.heldStates()];

@@ -598,7 +598,7 @@ export class Executions {
         // cancelled (a chain that continues at once would otherwise never be caught running);
         // anything else waits for the next run.
         if (cmd.type === "cancel") {
-          const next = await this.#continuePending(id, cmd.reason);
+          const next = await this.#continuePending(id, cmd.reason, inbox);
           if (next) return { accepted: true, state: next, followed: false, events: [] };
         } else await this.#continuePending(id);
       }
@@ -1098,6 +1098,7 @@ export class Executions {
     ended: ExecutionState,
     def: WorkflowDoc,
     cancel?: string,
+    inbox?: number[],
   ): Promise<ExecutionState | null> {
     const id = ended.execution_id;
     const pending = this.#continuing.get(id);
@@ -1112,10 +1113,15 @@ export class Executions {
       cancel !== undefined ? { ...cmd, cancel } : cmd,
       this.#ctx(now),
     );
-    const item = this.#item(ended, d.state, d.events, now, false);
+    // Shared mode: the inbox entry of a cancel applied here goes with the commit it causes.
+    const item = this.#item(ended, d.state, d.events, now, false, inbox);
     try {
       await this.committer.append(item);
     } catch (e) {
+      if (e instanceof InboxGoneError) {
+        this.#continuing.set(id, { ended, def });
+        throw e;
+      }
       // Memory no longer takes it for a next run to start: the resync below (or the owner
       // that fenced this node) does.
       this.#continuing.delete(id);
@@ -1161,10 +1167,14 @@ export class Executions {
   }
 
   /** The next run of a run memory saw end with continue-as-new, if it has not started yet. */
-  async #continuePending(id: string, cancel?: string): Promise<ExecutionState | null> {
+  async #continuePending(
+    id: string,
+    cancel?: string,
+    inbox?: number[],
+  ): Promise<ExecutionState | null> {
     const p = this.#continuing.get(id);
     if (!p || this.#stopped) return null;
-    return await this.#continue(p.ended, p.def, cancel);
+    return await this.#continue(p.ended, p.def, cancel, inbox);
   }
 
   stop(): void {
