@@ -121,6 +121,7 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       sessionTimeoutMs: cfg.sessionTimeoutMs,
       maxActiveExecutions: cfg.maxActiveExecutions,
       cacheExecutions: cfg.cacheExecutions,
+      childLimits: cfg.childLimits,
       httpAllow: cfg.httpAllow,
       cluster,
       readOnly,
@@ -298,6 +299,22 @@ program.command("server")
       "--cache-executions <n>",
       "executions held in memory beyond which idle waiting ones are evicted (default 10000)",
     ).env("ORBIT_CACHE_EXECUTIONS"),
+  )
+  .addOption(
+    new Option("--max-child-depth <n>", "deepest child workflow (a root is depth 0; default 32)")
+      .env("ORBIT_MAX_CHILD_DEPTH"),
+  )
+  .addOption(
+    new Option(
+      "--max-children-per-execution <n>",
+      "child workflows one execution runs at once (default 1000)",
+    ).env("ORBIT_MAX_CHILDREN_PER_EXECUTION"),
+  )
+  .addOption(
+    new Option(
+      "--max-descendants <n>",
+      "running child workflows in one root execution's tree (default 10000)",
+    ).env("ORBIT_MAX_DESCENDANTS"),
   )
   .addOption(
     new Option("--http-allow <patterns>", "hosts the HTTP adapter may call (comma-separated)").env(

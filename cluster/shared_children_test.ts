@@ -138,3 +138,63 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "shared: a cancel of a tree's root sent to another node cancels every descendant on " +
+    "the owner, and a depth past --max-child-depth fails with CHILD_LIMIT",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const url = await (await sharedPostgres()).createDatabase();
+    const a = await startedNode(url, "node-a");
+    const b = await startedNode(url, "node-b");
+    // Three levels: Top → Mid → Waiter.
+    const MID = {
+      ir: "orbit-ir/2",
+      name: "Mid",
+      version: "1.0.0",
+      steps: [{ id: "w", child: { workflow: "Waiter" } }],
+    };
+    const TOP = { ...MID, name: "Top", steps: [{ id: "m", child: { workflow: "Mid" } }] };
+    const SELF = { ...MID, name: "Self", steps: [{ id: "s", child: { workflow: "Self" } }] };
+    try {
+      await deployAndStart(a, [WAITER_WORKFLOW, MID, TOP, SELF], {
+        workflow: "Top",
+        execution_id: "t-1",
+        input: {},
+      });
+      await waitFor(
+        async () => (await b.call("GET", "/v1/executions/t-1.m.w")).body.status === "running",
+        "the grandchild to start",
+        10_000,
+      );
+      const c = await b.call("POST", "/v1/executions/t-1/cancel", { reason: "stop" });
+      assert.equal(c.status, 200, JSON.stringify(c.body));
+      assert.equal(c.body.status, "cancelled");
+      for (const id of ["t-1.m", "t-1.m.w"]) {
+        await waitFor(
+          async () => (await b.call("GET", `/v1/executions/${id}`)).body.status === "cancelled",
+          `${id} to be cancelled`,
+          10_000,
+        );
+      }
+      // A workflow that starts itself stops at the default depth (32) on shared nodes too.
+      const r = await b.call("POST", "/v1/executions", { workflow: "Self", execution_id: "s" });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const root = await waitFor(
+        async () => {
+          const x = await b.call("GET", "/v1/executions/s");
+          return x.body.status === "failed" ? x.body : null;
+        },
+        "the self-starting root to fail",
+        30_000,
+      );
+      assert.equal(root.error.code, "CHILD_FAILED");
+      const deepest = await b.call("GET", `/v1/executions/s${".s".repeat(32)}`);
+      assert.equal(deepest.body.error.code, "CHILD_LIMIT");
+    } finally {
+      await a.n.stop();
+      await b.n.stop();
+    }
+  },
+});

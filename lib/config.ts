@@ -5,6 +5,7 @@
 import { z } from "zod";
 import { DEFAULT_CACHE_EXECUTIONS } from "./execution_cache.ts";
 import { DEFAULT_EXPRESSION_BUDGET } from "./engine/expr.ts";
+import { type ChildLimitOptions, DEFAULT_CHILD_LIMITS } from "./children.ts";
 
 export interface ServerConfig {
   db: string;
@@ -19,6 +20,8 @@ export interface ServerConfig {
   maxActiveExecutions: number | null;
   /** Executions held in memory beyond which idle ones leave it (lib/execution_cache.ts). */
   cacheExecutions: number;
+  /** `--max-child-depth`, `--max-children-per-execution`, `--max-descendants`. */
+  childLimits: ChildLimitOptions;
   httpAllow: string[];
   ui: boolean;
   logFormat: "text" | "json";
@@ -60,6 +63,9 @@ const raw = z.object({
   sessionTimeout: number("--session-timeout", 1),
   maxActiveExecutions: number("--max-active-executions", 1).optional(),
   cacheExecutions: number("--cache-executions", 0).optional(),
+  maxChildDepth: number("--max-child-depth", 0).optional(),
+  maxChildrenPerExecution: number("--max-children-per-execution", 0).optional(),
+  maxDescendants: number("--max-descendants", 0).optional(),
   httpAllow: z.union([z.string(), z.array(z.string())]).optional(),
   ui: z.boolean().default(true),
   logFormat: z.enum(["text", "json"], { message: "--log-format must be text or json" }),
@@ -124,6 +130,17 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
   if (o.cacheExecutions !== undefined && !Number.isInteger(o.cacheExecutions)) {
     throw new ConfigError("--cache-executions must be a whole number");
   }
+  for (
+    const [flag, v] of [
+      ["--max-child-depth", o.maxChildDepth],
+      ["--max-children-per-execution", o.maxChildrenPerExecution],
+      ["--max-descendants", o.maxDescendants],
+    ] as const
+  ) {
+    if (v !== undefined && !Number.isInteger(v)) {
+      throw new ConfigError(`${flag} must be a whole number`);
+    }
+  }
   const allow = (Array.isArray(o.httpAllow) ? o.httpAllow : o.httpAllow ? [o.httpAllow] : [])
     .flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean);
   const level = o.logLevel === "warn" ? "warning" : o.logLevel;
@@ -139,6 +156,11 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
     sessionTimeoutMs: Math.round(o.sessionTimeout * 1000),
     maxActiveExecutions: o.maxActiveExecutions ?? null,
     cacheExecutions: o.cacheExecutions ?? DEFAULT_CACHE_EXECUTIONS,
+    childLimits: {
+      maxDepth: o.maxChildDepth ?? DEFAULT_CHILD_LIMITS.maxDepth,
+      maxChildren: o.maxChildrenPerExecution ?? DEFAULT_CHILD_LIMITS.maxChildren,
+      maxDescendants: o.maxDescendants ?? DEFAULT_CHILD_LIMITS.maxDescendants,
+    },
     httpAllow: allow,
     ui: o.ui,
     logFormat: o.logFormat,

@@ -20,7 +20,14 @@
  * inbox. The wake-up poll lists only executions this node owns (`Ownership.listWaking`), and
  * a takeover or resume loads only those with work due (`adopt`).
  */
-import { type Command, continuation, decide, wakeups } from "./engine/decide.ts";
+import {
+  type ChildLimits,
+  type Command,
+  type Context,
+  continuation,
+  decide,
+  wakeups,
+} from "./engine/decide.ts";
 import type { ErrorInfo, HistoryEvent } from "./engine/events.ts";
 import type { WorkflowDoc } from "./engine/ir.ts";
 import { type ExecutionState, inFlightCount, replay } from "./engine/state.ts";
@@ -231,6 +238,12 @@ export class Executions {
   readonly #suspect = new Map<string, Doubt>();
   /** Shared mode: where commands for executions owned elsewhere go. */
   remote: RemoteCommands | null = null;
+  /**
+   * Runs memory saw end with continue-as-new whose next run has not started yet (the two are
+   * separate commits, see #continue): a cancel, a signal or a wait that comes in between
+   * starts or waits for the next run rather than finding the execution ended.
+   */
+  readonly #continuing = new Map<string, { ended: ExecutionState; def: WorkflowDoc }>();
   /** Running executions not held in memory (evicted, or not loaded at start). */
   #idle = 0;
   #sweepQueued = false;
@@ -252,8 +265,16 @@ export class Executions {
        * load again on demand. Absent or null: every running execution stays in memory.
        */
       cacheExecutions?: number | null;
+      /** `--max-child-depth`, `--max-children-per-execution` (absent: none). */
+      childLimits?: ChildLimits;
     },
   ) {}
+
+  /** What the pure core sees of the server at `now`: the clock, ids, and the child limits. */
+  #ctx(now: number): Context {
+    const limits = this.opts.childLimits;
+    return { now, newId: this.clock.newId, ...(limits ? { limits } : {}) };
+  }
 
   /** Whether executions leave memory and load on demand (a bounded cache; never on a standby). */
   get #lazy(): boolean {
@@ -342,6 +363,7 @@ export class Executions {
     const a = this.#active.get(id);
     if (a) { for (const t of a.timers) clearTimeout(t); }
     this.#active.delete(id);
+    this.#continuing.delete(id);
     this.opts.ownership?.epochs.delete(id);
     const timer = this.#suspect.get(id)?.timer;
     if (timer) clearTimeout(timer);
@@ -428,10 +450,17 @@ export class Executions {
     this.#observers.push(o);
   }
 
-  /** `link`: the parent of a child execution (a `child` step), whose root it shares. */
+  /**
+   * `link`: the parent of a child execution (a `child` step), whose root it shares, and the
+   * child's depth. `admit` runs in the start's own turn, after the check for an id that runs
+   * already and before the limit and the commit, and refuses the start by throwing: the child
+   * coordinator checks there that the parent still waits for the child (a cancel of the parent
+   * that commits later finds the child started, and its cancel is queued behind this start).
+   */
   async start(
     req: StartRequest,
-    link?: { parent_id: string; root_id: string },
+    link?: { parent_id: string; root_id: string; depth?: number },
+    admit?: () => void,
   ): Promise<{ created: boolean; row: ExecutionRow }> {
     const id = req.execution_id ?? this.clock.newId();
     if (!EXECUTION_ID_RE.test(id)) {
@@ -457,6 +486,7 @@ export class Executions {
       if (this.#suspect.has(id)) await this.#resync(id);
       const a = this.#active.get(id);
       if (a) return { created: false, row: rowOf(a.state, this.clock.now()) };
+      admit?.();
       // Starts of other ids run at the same time: those still committing hold a slot too.
       const running = this.running + this.#starting;
       if (this.opts.maxActive !== null && running >= this.opts.maxActive) {
@@ -485,7 +515,7 @@ export class Executions {
             input: req.input ?? null,
             ...(link ?? {}),
           },
-          { now, newId: this.clock.newId },
+          this.#ctx(now),
           (st) => {
             offer = this.observer?.offerFirst?.(st) ?? null;
             return offer?.command ?? null;
@@ -563,6 +593,15 @@ export class Executions {
   > {
     return this.serial(id, async () => {
       if (this.#suspect.has(id)) await this.#resync(id);
+      if (!this.#active.has(id) && this.#continuing.has(id)) {
+        // Between a run that continued as new and its next run: a cancel starts the next run
+        // cancelled (a chain that continues at once would otherwise never be caught running);
+        // anything else waits for the next run.
+        if (cmd.type === "cancel") {
+          const next = await this.#continuePending(id, cmd.reason, inbox);
+          if (next) return { accepted: true, state: next, followed: false, events: [] };
+        } else await this.#continuePending(id);
+      }
       if (!this.#active.has(id)) {
         if (this.#loadsHere) await this.#loadOne(id);
         else if (owned) await this.#loadOwned(id);
@@ -570,7 +609,7 @@ export class Executions {
       const a = this.#active.get(id);
       if (!a) return null;
       const now = this.clock.now();
-      const ctx = { now, newId: this.clock.newId };
+      const ctx = this.#ctx(now);
       const d = await decide(a.def, a.state, cmd, ctx, follow);
       const followed = d.followed;
       if (d.events.length === 0) {
@@ -732,8 +771,9 @@ export class Executions {
       ? await this.serial(id, () => this.#loadOne(id))
       : undefined;
     // A running execution is in memory here: no read before or after (its row when it closes
-    // is the one just committed), which saves two queries per wait on the hot path.
-    if (!this.opts.readOnly && this.#active.has(id)) {
+    // is the one just committed), which saves two queries per wait on the hot path. So is one
+    // whose next run (continue-as-new) is about to start.
+    if (!this.opts.readOnly && (this.#active.has(id) || this.#continuing.has(id))) {
       const closed = await new Promise<ExecutionRow | null>((resolve) => {
         const set = this.#waiters.get(id) ?? new Set();
         this.#waiters.set(id, set);
@@ -1045,20 +1085,49 @@ export class Executions {
     } while (cursor);
   }
 
-  /** Starts the next run of a run that ended with continue-as-new (same execution id). */
-  async #continue(ended: ExecutionState, def: WorkflowDoc): Promise<void> {
+  /**
+   * Starts the next run of a run that ended with continue-as-new (same execution id); with
+   * `cancel`, the next run starts cancelled (a cancel that came between the two runs). Answers
+   * the next run's state, or null when it did not start (nothing to continue, or the commit
+   * failed). A next run that itself ends with continue-as-new in its first append (a run that
+   * continues at once) is continued in a later turn of its execution's chain, not here: a
+   * cancel or a signal that queued meanwhile goes first, and a chain that continues for ever
+   * holds no request up.
+   */
+  async #continue(
+    ended: ExecutionState,
+    def: WorkflowDoc,
+    cancel?: string,
+    inbox?: number[],
+  ): Promise<ExecutionState | null> {
     const id = ended.execution_id;
+    const pending = this.#continuing.get(id);
+    // Already started from memory (a queued turn that came after a direct one).
+    if (pending && pending.ended.run_id !== ended.run_id) return null;
     const cmd = continuation(ended);
-    if (!cmd) return;
+    if (!cmd) return null;
     const now = this.clock.now();
-    const d = await decide(def, null, cmd, { now, newId: this.clock.newId });
-    const item = this.#item(ended, d.state, d.events, now, false);
+    const d = await decide(
+      def,
+      null,
+      cancel !== undefined ? { ...cmd, cancel } : cmd,
+      this.#ctx(now),
+    );
+    // Shared mode: the inbox entry of a cancel applied here goes with the commit it causes.
+    const item = this.#item(ended, d.state, d.events, now, false, inbox);
     try {
       await this.committer.append(item);
     } catch (e) {
+      if (e instanceof InboxGoneError) {
+        this.#continuing.set(id, { ended, def });
+        throw e;
+      }
+      // Memory no longer takes it for a next run to start: the resync below (or the owner
+      // that fenced this node) does.
+      this.#continuing.delete(id);
       if (e instanceof FencedError) {
         this.#fenced(id, e);
-        return;
+        return null;
       }
       // The row stays `continued` unless the commit landed after all: the resync commits the
       // same next run again (its run id and events), which either lands or finds that it had
@@ -1077,14 +1146,35 @@ export class Executions {
         events: d.events,
         delivered: false,
       }, true);
-      return;
+      return null;
     }
     log.engine.info("execution continued as new", {
       execution_id: id,
       run_id: d.state.run_id,
       run: d.state.run_number,
     });
+    this.#continuing.delete(id);
     this.#install(id, null, d.state, def, d.events);
+    if (d.state.continued) {
+      this.serial(id, () => this.#continuePending(id)).catch((e) => {
+        log.engine.error("cannot start the next run after continue-as-new", {
+          execution_id: id,
+          error: (e as Error).message,
+        });
+      });
+    }
+    return d.state;
+  }
+
+  /** The next run of a run memory saw end with continue-as-new, if it has not started yet. */
+  async #continuePending(
+    id: string,
+    cancel?: string,
+    inbox?: number[],
+  ): Promise<ExecutionState | null> {
+    const p = this.#continuing.get(id);
+    if (!p || this.#stopped) return null;
+    return await this.#continue(p.ended, p.def, cancel, inbox);
   }
 
   stop(): void {
@@ -1322,6 +1412,7 @@ export class Executions {
     if (next.phase === "closed") {
       this.#active.delete(id);
       if (next.status !== "continued") this.opts.ownership?.epochs.delete(id);
+      else if (!this.#stopped) this.#continuing.set(id, { ended: next, def });
       this.metrics.executionsClosed.inc({ status: next.status });
       log.engine.info(`execution ${next.status}`, { execution_id: id });
       const set = next.status === "continued" ? undefined : this.#waiters.get(id);

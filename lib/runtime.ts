@@ -10,7 +10,7 @@ import { Metrics } from "./metrics.ts";
 import type { Store } from "./store/store.ts";
 import { Workers, type WorkerService } from "./workers.ts";
 import { HttpAdapter } from "./http_adapter.ts";
-import { Children } from "./children.ts";
+import { type ChildLimitOptions, Children, DEFAULT_CHILD_LIMITS } from "./children.ts";
 import { Scheduler } from "./scheduler.ts";
 import { ScheduleService } from "./schedule_service.ts";
 import { SUPPORTED_IR } from "./engine/ir.ts";
@@ -29,6 +29,8 @@ export interface RuntimeOptions {
   readOnly?: boolean;
   /** `--http-allow`: hosts the built-in HTTP adapter may call (none when absent). */
   httpAllow?: string[];
+  /** The limits on child workflows (absent: DEFAULT_CHILD_LIMITS). */
+  childLimits?: ChildLimitOptions;
   clock?: Clock;
   /**
    * Shared mode (cluster/shared.ts): the node's ownership of executions, its worker service
@@ -82,6 +84,7 @@ export class Runtime {
     // commits per order on the bench against 2.2; one shared server: 4.1 against 2.7 and
     // 128-134 against 150-157 orders/s), for no shorter cycle.
     this.committer = new GroupCommitter(store, this.metrics, 1);
+    const limits = opts.childLimits ?? DEFAULT_CHILD_LIMITS;
     this.definitions = new Definitions(store, this.clock.now, {
       httpAllow: opts.httpAllow ?? [],
     });
@@ -96,6 +99,7 @@ export class Runtime {
         cacheExecutions: opts.cacheExecutions ?? null,
         readOnly: opts.readOnly ?? false,
         ownership: shared?.ownership ?? null,
+        childLimits: { max_depth: limits.maxDepth, max_children: limits.maxChildren },
       },
     );
     this.workers = shared
@@ -110,7 +114,7 @@ export class Runtime {
       newId: this.clock.newId,
       sessionTimeoutMs: opts.sessionTimeoutMs,
     });
-    this.children = new Children(this.executions);
+    this.children = new Children(this.executions, limits.maxDescendants);
     this.executions.addObserver(this.http);
     this.executions.addObserver(this.children);
     this.scheduler = new Scheduler(

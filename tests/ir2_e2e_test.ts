@@ -452,6 +452,49 @@ testEachStore(
 );
 
 testEachStore(
+  "ir/2 a chain of 100 runs that each continue at once completes, every run in its history",
+  async (store) => {
+    await withServer(await store.newDb(), [], async (_s, c) => {
+      await deploy(
+        c,
+        wf("Chain", [
+          {
+            id: "more",
+            if: "{% $input < 100 %}",
+            then: [{ id: "again", continue_as_new: { input: "{% $input + 1 %}" } }],
+          },
+          { id: "done", return: { n: "{% $input %}", run: "{% $execution.run %}" } },
+        ]),
+      );
+      await start(c, "Chain", 1, "chain-1");
+      const done = await waitFor(async () => {
+        const r = await c.get(`/v1/executions/chain-1/wait?timeout_s=10`);
+        return r.body.status === "completed" ? r.body : null;
+      }, "the chain to complete");
+      assert.deepEqual(done.output, { n: 100, run: 100 });
+      // Run 100 continues run 99, which continues run 98 …
+      let runId: string | undefined = done.run_id;
+      for (let run = 100; run > 97; run--) {
+        const events = await history(c, "chain-1", runId);
+        assert.equal(events[0]!.run ?? 1, run);
+        runId = events[0]!.continued_from as string | undefined;
+      }
+      // A cancel between two runs of an endless chain ends it.
+      await deploy(c, wf("Endless", [{ id: "again", continue_as_new: {} }]));
+      await start(c, "Endless", null, "endless-1");
+      const r = await c.post("/v1/executions/endless-1/cancel", { reason: "enough" });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.body.status, "cancelled");
+      const last = await history(c, "endless-1");
+      assert.deepEqual(last.map((e) => e.type).slice(-2), [
+        "WorkflowCancelRequested",
+        "WorkflowCancelled",
+      ]);
+    });
+  },
+);
+
+testEachStore(
   "ir/2 http adapter: Idempotency-Key, a retry on 500, --http-allow refusals at deploy and at run time",
   async (store) => {
     const seen: Array<

@@ -231,6 +231,41 @@ async function evalOr(
   }
 }
 
+/**
+ * The server's limits on child workflows (Context.limits): a child deeper than the depth
+ * limit, or one more than the open children a run may have, is not started. The failure is
+ * the step's (CHILD_LIMIT), so the parent's own failure path runs as for any failed step.
+ */
+function childLimit(b: Builder, sid: string): ErrorInfo | null {
+  const limits = b.ctx.limits;
+  const s = b.state;
+  const depth = s.depth + 1;
+  if (limits?.max_depth != null && depth > limits.max_depth) {
+    return {
+      code: "CHILD_LIMIT",
+      message: `step "${sid}" would start a child at depth ${depth}, beyond the server's ` +
+        `limit of ${limits.max_depth} (--max-child-depth)`,
+      retryable: false,
+      details: { limit: "max_child_depth", max: limits.max_depth, depth },
+    };
+  }
+  if (limits?.max_children != null) {
+    let open = 0;
+    for (const st of Object.values(s.steps)) if (st.kind === "child" && isOpen(st)) open++;
+    if (open >= limits.max_children) {
+      return {
+        code: "CHILD_LIMIT",
+        message: `step "${sid}" would start child ${open + 1} of this run while ${open} ` +
+          `run, beyond the server's limit of ${limits.max_children} ` +
+          "(--max-children-per-execution)",
+        retryable: false,
+        details: { limit: "max_children_per_execution", max: limits.max_children, open },
+      };
+    }
+  }
+  return null;
+}
+
 /** Starts step `d` of `frame` under the name `sid` (`<id>@<seq>` in a handler run). */
 async function start(b: Builder, d: Step, frame: string, sid: string): Promise<void> {
   const s = b.state;
@@ -353,6 +388,8 @@ async function start(b: Builder, d: Step, frame: string, sid: string): Promise<v
         retryable: false,
       });
     if (error) return failStarted(b, sid, frame, "child", error);
+    const refused = childLimit(b, sid);
+    if (refused) return failStarted(b, sid, frame, "child", refused);
     b.emit({
       type: "StepStarted",
       step: sid,

@@ -13,6 +13,20 @@ export interface Context {
   now: number;
   /** A fresh unique id (uuid) — the only source of randomness the core sees. */
   newId: () => string;
+  /**
+   * The server's limits on child workflows (`--max-child-depth`,
+   * `--max-children-per-execution`); absent or null: none. A child step started past one
+   * fails with CHILD_LIMIT, recorded in history like every decision: replay reads the
+   * failure, never the limit.
+   */
+  limits?: ChildLimits;
+}
+
+export interface ChildLimits {
+  /** Deepest child allowed (a root execution is depth 0, its children depth 1). */
+  max_depth: number | null;
+  /** Child steps one run may have open (started, not ended) at once. */
+  max_children: number | null;
 }
 
 export class Builder {

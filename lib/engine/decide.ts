@@ -26,7 +26,7 @@ import { advance } from "./advance.ts";
 import { beginCompensation, cancelOpen, compensationOf } from "./saga.ts";
 import { receiveSignal } from "./signals.ts";
 
-export type { Context } from "./builder.ts";
+export type { ChildLimits, Context } from "./builder.ts";
 
 export type Command =
   | {
@@ -35,6 +35,8 @@ export type Command =
     run_id: string;
     root_id?: string;
     parent_id?: string | null;
+    /** A child's depth (its parent's + 1); absent for a root execution. */
+    depth?: number;
     input: unknown;
     /** Continue-as-new: the run this one continues, its number, and what it carries over. */
     continued_from?: string;
@@ -42,6 +44,12 @@ export type Command =
     signals?: Array<{ signal: string; payload: unknown }>;
     /** The execution's deadline (a continued run keeps its first run's). */
     timeout_at_ms?: number;
+    /**
+     * Continue-as-new: a cancel that reached the execution between a run's end and the next
+     * run's start; the next run starts cancelled (WorkflowCancelRequested, WorkflowCancelled)
+     * instead of running its steps.
+     */
+    cancel?: string;
   }
   | { type: "dispatch"; step: string; token: string; worker_id: string; worker_session: string }
   | { type: "complete"; token: string; output: unknown }
@@ -109,6 +117,7 @@ function start(b: Builder, cmd: Extract<Command, { type: "start" }>): void {
     run_id: cmd.run_id,
     root_id: cmd.root_id ?? cmd.execution_id,
     parent_id: cmd.parent_id ?? null,
+    ...(cmd.depth ? { depth: cmd.depth } : {}),
     ...(cmd.continued_from ? { continued_from: cmd.continued_from } : {}),
     ...(runNumber > 1 ? { run: runNumber } : {}),
   });
@@ -136,6 +145,7 @@ function handle(b: Builder, cmd: Command): boolean {
   if (cmd.type === "start") {
     if (s.last_seq !== 0) return false;
     start(b, cmd);
+    if (cmd.cancel !== undefined) b.emit({ type: "WorkflowCancelRequested", reason: cmd.cancel });
     return true;
   }
   // Nothing but a start applies to a run that has no history yet.
@@ -247,15 +257,17 @@ function handle(b: Builder, cmd: Command): boolean {
         return true;
       }
       const cause = cmd.error ?? null;
+      // The shell's own refusals (the child never ran: no run of it is known) keep their code;
+      // a child that ran and failed with the same code is a CHILD_FAILED like any other.
+      const own = (cause?.code === "CHILD_START_FAILED" || cause?.code === "CHILD_LIMIT") &&
+        cmd.run_id === undefined && st.child_run_id === undefined;
       b.emit({
         type: "StepFailed",
         step: st.id,
         attempt: st.attempt,
         error: {
-          code: cause?.code === "CHILD_START_FAILED"
-            ? cause.code
-            : `CHILD_${cmd.status.toUpperCase()}`,
-          message: cause?.code === "CHILD_START_FAILED"
+          code: own ? cause.code : `CHILD_${cmd.status.toUpperCase()}`,
+          message: own
             ? cause.message
             : `child execution ${cmd.execution_id} ${cmd.status}${
               cause ? `: ${cause.message}` : ""
@@ -369,6 +381,7 @@ export function continuation(s: ExecutionState): Extract<Command, { type: "start
     run_id: s.continued.run_id,
     root_id: s.root_id,
     parent_id: s.parent_id,
+    ...(s.depth > 0 ? { depth: s.depth } : {}),
     input: s.continued.input,
     continued_from: s.run_id,
     run_number: s.run_number + 1,

@@ -410,3 +410,24 @@ Deno.test("decide() an http header that evaluates to a value HTTP cannot carry f
   await ok.start({ v: " café \t" });
   assert.equal(ok.of("StepFailed").length, 0);
 });
+
+Deno.test("decide() a next run started with a cancel ends cancelled before its first step", async () => {
+  const def = workflow2([
+    { id: "more", if: "{% $input.n < 5 %}", then: [{ id: "again", continue_as_new: {} }] },
+    { id: "done", return: "{% $input.n %}" },
+  ], { timeout_s: 100 });
+  const d = new Driver(def);
+  await d.start({ n: 1 });
+  assert.equal(d.s.status, "continued");
+  const next = new Driver(def);
+  const r = await next.send({ ...continuation(d.s)!, cancel: "stop the chain" });
+  assert.deepEqual(r.events.map((e) => e.type), [
+    "WorkflowCreated",
+    "TimerStarted",
+    "WorkflowCancelRequested",
+    "WorkflowCancelled",
+  ]);
+  assert.equal(next.s.status, "cancelled");
+  assert.equal(next.s.continued, null, "the chain ends here");
+  assert.equal(next.s.run_number, 2);
+});

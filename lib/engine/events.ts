@@ -30,6 +30,8 @@ export type EventBody =
     continued_from?: string;
     /** Run number of the execution (absent means 1). */
     run?: number;
+    /** Child depth: 1 for a child of a root execution, 2 for its child … (absent means 0). */
+    depth?: number;
   }
   | {
     /** A unit of work for a worker is ready to be handed out. */

@@ -109,6 +109,8 @@ export interface ExecutionState {
   run_id: string;
   root_id: string;
   parent_id: string | null;
+  /** 0 for a root execution, its parent's depth + 1 for a child. */
+  depth: number;
   workflow: string;
   version: string;
   input: unknown;
@@ -157,6 +159,7 @@ export function emptyState(): ExecutionState {
     run_id: "",
     root_id: "",
     parent_id: null,
+    depth: 0,
     workflow: "",
     version: "",
     input: null,
@@ -258,6 +261,7 @@ export function apply(s: ExecutionState, e: HistoryEvent): ExecutionState {
         run_id: e.run_id,
         root_id: e.root_id,
         parent_id: e.parent_id ?? null,
+        depth: e.depth ?? 0,
         workflow: e.workflow,
         version: e.version,
         input: e.input,

@@ -7,7 +7,7 @@
  */
 import type { ErrorInfo, EventType, HistoryEvent } from "./events.ts";
 import type { Step, TaskSpec, TaskStep, WorkflowDoc } from "./ir.ts";
-import { type Command, decide, type Decision } from "./decide.ts";
+import { type ChildLimits, type Command, decide, type Decision } from "./decide.ts";
 import type { ExecutionState, StepState } from "./state.ts";
 
 /** Start of the test clock: an arbitrary, fixed epoch millisecond. */
@@ -70,6 +70,8 @@ export class Driver {
   readonly executionId: string;
   #tokens = 0;
   readonly newId: () => string;
+  /** The server's child limits the decisions see (none by default). */
+  limits: ChildLimits | undefined;
 
   constructor(readonly def: WorkflowDoc, opts: { now?: number; executionId?: string } = {}) {
     this.now = opts.now ?? T0;
@@ -79,7 +81,11 @@ export class Driver {
 
   /** Runs one command at the current time; installs the state only when it was accepted. */
   async send(cmd: Command): Promise<Decision> {
-    const d = await decide(this.def, this.state, cmd, { now: this.now, newId: this.newId });
+    const d = await decide(this.def, this.state, cmd, {
+      now: this.now,
+      newId: this.newId,
+      ...(this.limits ? { limits: this.limits } : {}),
+    });
     let seq = this.state?.last_seq ?? 0;
     for (const e of d.events) {
       if (e.seq !== ++seq) throw new Error(`decide emitted seq ${e.seq}, expected ${seq}`);
