@@ -15,7 +15,14 @@ import assert from "node:assert/strict";
 import { api, type ServerProcess, startServer, tempDir, waitFor } from "./support/server.ts";
 
 const BUDGET_MS = 300;
-const ARGS = ["--expression-timeout-ms", String(BUDGET_MS), "--max-body-bytes", "4194304"];
+const ARGS = [
+  "--expression-timeout-ms",
+  String(BUDGET_MS),
+  "--max-body-bytes",
+  "4194304",
+  "--max-child-depth",
+  "5",
+];
 const LOOP = "{% ($f := function($n){ $f($n + 1) }; $f(0)) %}";
 const DEEP = "{% ($f := function($n){ 1 + $f($n + 1) }; $f(0)) %}";
 
@@ -325,6 +332,46 @@ Deno.test("hostile definitions fail their own execution or are refused, and the 
       assert.equal((await c.call("DELETE", "/v1/schedules/hostile-loop")).status, 200);
       await check("schedule");
     });
+
+    await t.step(
+      "a schedule firing a workflow that starts itself as a child stops at the depth limit",
+      async () => {
+        await deploy(
+          c,
+          doc("Hostile.Bomb", [
+            { id: "again", child: { workflow: "Hostile.Bomb", input: "{% $input %}" } },
+          ]),
+        );
+        const r = await c.post("/v1/schedules", {
+          schedule_id: "hostile-bomb",
+          workflow: "Hostile.Bomb",
+          every_s: 1,
+          overlap: "allow_all",
+        });
+        assert.equal(r.status, 201, JSON.stringify(r.body));
+        type Row = { execution_id: string; root_id: string; parent_id: string | null };
+        const roots = await waitFor(async () => {
+          const l = await c.get("/v1/executions?workflow=Hostile.Bomb&status=failed&limit=500");
+          const found = l.body.executions.filter((e: Row) => !e.parent_id);
+          return found.length >= 2 ? found : null;
+        }, "two failed occurrences");
+        assert.equal((await c.call("DELETE", "/v1/schedules/hostile-bomb")).status, 200);
+        for (const root of roots) assert.equal(root.error.code, "CHILD_FAILED");
+        await waitFor(async () => {
+          const l = await c.get("/v1/executions?workflow=Hostile.Bomb&status=running");
+          return l.body.executions.length === 0;
+        }, "every tree to close");
+        // Each occurrence is a chain of at most 1 + 5 executions (--max-child-depth 5).
+        const all = await c.get("/v1/executions?workflow=Hostile.Bomb&limit=500");
+        const rows: Row[] = all.body.executions;
+        const rootIds = new Set(rows.filter((e) => !e.parent_id).map((e) => e.execution_id));
+        for (const id of rootIds) {
+          const tree = rows.filter((e) => e.root_id === id);
+          assert.ok(tree.length <= 6, `${id}: ${tree.length} executions`);
+        }
+        await check("fork bomb schedule");
+      },
+    );
 
     await t.step(
       "a looping expression behind a timer fails after a restart instead of hanging again",
