@@ -14,6 +14,7 @@ import {
   runOrders,
 } from "./support/orders.ts";
 import { startWorkerProcess } from "./conformance/worker_process.ts";
+import { goEnv } from "./conformance/sdks.ts";
 
 const GO_DIR = new URL("../sdk/go", import.meta.url).pathname;
 
@@ -36,7 +37,7 @@ Deno.test({
     const build = await new Deno.Command("go", {
       args: ["build", "-o", bin, "./examples/orders"],
       cwd: GO_DIR,
-      env: { GOPROXY: "off", GOTOOLCHAIN: "local" },
+      env: goEnv(),
       stderr: "piped",
     }).output();
     assert.ok(build.success, new TextDecoder().decode(build.stderr));

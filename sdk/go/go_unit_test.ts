@@ -6,7 +6,9 @@
 import assert from "node:assert/strict";
 
 const DIR = new URL(".", import.meta.url).pathname;
-const ENV = { GOPROXY: "off", GOTOOLCHAIN: "local", GOFLAGS: "-count=1" };
+const ENV: Record<string, string> = { GOPROXY: "off", GOTOOLCHAIN: "local", GOFLAGS: "-count=1" };
+// A build cache even where HOME is not set.
+if (!Deno.env.get("HOME") && !Deno.env.get("GOCACHE")) ENV.GOCACHE = "/tmp/orbit-go-cache";
 
 async function go(cmd: string, args: string[]): Promise<{ ok: boolean; text: string }> {
   const out = await new Deno.Command(cmd, {

@@ -34,6 +34,16 @@ async function has(cmd: string, args: string[]): Promise<boolean> {
   }
 }
 
+/**
+ * The environment of `go` commands: offline (no module proxy, the installed toolchain), with a
+ * build cache even where HOME is not set.
+ */
+export function goEnv(): Record<string, string> {
+  const env: Record<string, string> = { GOPROXY: "off", GOTOOLCHAIN: "local" };
+  if (!Deno.env.get("HOME") && !Deno.env.get("GOCACHE")) env.GOCACHE = "/tmp/orbit-go-cache";
+  return env;
+}
+
 /** `go build` of a program, once per test process, offline (no module proxy). */
 async function goBuild(dir: string, pkg: string, name: string): Promise<string> {
   if (!(await has("go", ["version"]))) {
@@ -43,7 +53,7 @@ async function goBuild(dir: string, pkg: string, name: string): Promise<string> 
   const r = await new Deno.Command("go", {
     args: ["build", "-o", out, pkg],
     cwd: dir,
-    env: { GOPROXY: "off", GOTOOLCHAIN: "local" },
+    env: goEnv(),
     stdout: "piped",
     stderr: "piped",
   }).output();
