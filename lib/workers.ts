@@ -252,6 +252,9 @@ export class Workers implements WorkerService {
   async unregister(sessionId: string): Promise<void> {
     const s = this.#sessions.contact(sessionId);
     this.#sessions.remove(sessionId);
+    // Its polls still waiting here end now (empty): a task offered to one of them would go to
+    // a session that is gone and wait a whole session timeout for its redelivery.
+    for (const w of [...this.#waiters]) if (w.session === s) w.resolve([]);
     await this.#loseAttempts(s, `worker \`${s.worker_id}\` unregistered while holding the attempt`);
   }
 
