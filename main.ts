@@ -13,6 +13,7 @@ import type { Store } from "./lib/store/store.ts";
 import { StandbyNode } from "./cluster/node.ts";
 import { SharedNode } from "./cluster/shared.ts";
 import { createApp } from "./routes/app.ts";
+import { hostPolicy } from "./routes/browsers.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
 import { parseWorkersFile, type WorkersFile } from "./lib/workers_file.ts";
@@ -82,8 +83,18 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       );
     }
   }
-  if (!cfg.token) {
-    log.server.warn("no --token given: every client that can reach the address may use the API");
+  const hosts = cfg.token ? null : hostPolicy(cfg.hostname, cfg.advertiseAddr, cfg.allowedHosts);
+  if (hosts) {
+    log.server.warn(
+      "no --token given: every client that can reach the address may use the API; requests for another Host (DNS rebinding) and from other sites' web pages (Origin) are refused",
+      {
+        allowed_hosts: hosts.any
+          ? "*"
+          : ["IP addresses", "localhost", ...hosts.names, ...hosts.domains].join(","),
+      },
+    );
+  } else if (cfg.allowedHosts.length > 0) {
+    log.server.info("--allowed-hosts is not used with --token: every Host is served");
   }
   const open = async (term: number | null) => {
     try {
@@ -112,7 +123,13 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       readOnly,
       shared,
     });
-  const appOptions = { token: cfg.token, maxBodyBytes: cfg.maxBodyBytes, ui: cfg.ui, workers };
+  const appOptions = {
+    token: cfg.token,
+    maxBodyBytes: cfg.maxBodyBytes,
+    ui: cfg.ui,
+    workers,
+    hosts,
+  };
   if (workers) {
     log.server.info("workers file loaded", { path: workers.path, workers: workers.workers.length });
   }
@@ -288,6 +305,12 @@ program.command("server")
     new Option("--http-allow <patterns>", "hosts the HTTP adapter may call (comma-separated)").env(
       "ORBIT_HTTP_ALLOW",
     ),
+  )
+  .addOption(
+    new Option(
+      "--allowed-hosts <names>",
+      "without --token: Host names served besides IP addresses and localhost (comma-separated; .example.com for a domain, * for any)",
+    ).env("ORBIT_ALLOWED_HOSTS"),
   )
   .addOption(new Option("--no-ui", "do not serve the web UI at /"))
   .addOption(

@@ -19,6 +19,8 @@ export interface ServerConfig {
   /** Executions held in memory beyond which idle ones leave it (lib/execution_cache.ts). */
   cacheExecutions: number;
   httpAllow: string[];
+  /** Without a token: Host names served besides IP addresses, localhost and the listen name. */
+  allowedHosts: string[];
   ui: boolean;
   logFormat: "text" | "json";
   logLevel: "trace" | "debug" | "info" | "warning" | "error" | "fatal";
@@ -58,6 +60,7 @@ const raw = z.object({
   maxActiveExecutions: number("--max-active-executions", 1).optional(),
   cacheExecutions: number("--cache-executions", 0).optional(),
   httpAllow: z.union([z.string(), z.array(z.string())]).optional(),
+  allowedHosts: z.union([z.string(), z.array(z.string())]).optional(),
   ui: z.boolean().default(true),
   logFormat: z.enum(["text", "json"], { message: "--log-format must be text or json" }),
   logLevel: z.enum(["trace", "debug", "info", "warn", "warning", "error", "fatal"], {
@@ -120,8 +123,18 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
   if (o.cacheExecutions !== undefined && !Number.isInteger(o.cacheExecutions)) {
     throw new ConfigError("--cache-executions must be a whole number");
   }
-  const allow = (Array.isArray(o.httpAllow) ? o.httpAllow : o.httpAllow ? [o.httpAllow] : [])
-    .flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean);
+  const list = (v: string | string[] | undefined) =>
+    (Array.isArray(v) ? v : v ? [v] : []).flatMap((s) => s.split(",")).map((s) => s.trim())
+      .filter(Boolean);
+  const allow = list(o.httpAllow);
+  const allowedHosts = list(o.allowedHosts);
+  for (const h of allowedHosts) {
+    if (h !== "*" && !/^\.?[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$/.test(h)) {
+      throw new ConfigError(
+        `--allowed-hosts takes host names (orbit.example.com), .domains (.example.com, the domain and every name under it) or *, without a port or scheme; got "${h}"`,
+      );
+    }
+  }
   const level = o.logLevel === "warn" ? "warning" : o.logLevel;
   return {
     db: o.db,
@@ -136,6 +149,7 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
     maxActiveExecutions: o.maxActiveExecutions ?? null,
     cacheExecutions: o.cacheExecutions ?? DEFAULT_CACHE_EXECUTIONS,
     httpAllow: allow,
+    allowedHosts,
     ui: o.ui,
     logFormat: o.logFormat,
     logLevel: level,
