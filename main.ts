@@ -1,8 +1,8 @@
 #!/usr/bin/env -S deno run -A --unstable-no-legacy-abort
 /**
  * `orbit`: the one binary. `orbit server …` runs the runtime; the other subcommands are the
- * client CLI (SPEC §7). This is the only module that reads `Deno.env`, parses flags and calls
- * `Deno.serve`.
+ * client CLI (SPEC §7). This is the only module that reads `Deno.env`, parses flags and starts
+ * the HTTP server (lib/http_server.ts).
  */
 import { Command, Option } from "commander";
 import { ConfigError, parseServerConfig, type ServerConfig } from "./lib/config.ts";
@@ -13,6 +13,7 @@ import type { Store } from "./lib/store/store.ts";
 import { StandbyNode } from "./cluster/node.ts";
 import { SharedNode } from "./cluster/shared.ts";
 import { createApp } from "./routes/app.ts";
+import { serveHttp } from "./lib/http_server.ts";
 import { hostPolicy } from "./routes/browsers.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
@@ -176,10 +177,12 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     await single.start();
     handler = createApp(single, appOptions).fetch;
   }
-  const server = Deno.serve({
+  const server = serveHttp({
     hostname: cfg.hostname,
     port: cfg.port,
-    ...(tls ?? {}),
+    tls,
+    headerTimeoutMs: cfg.headerTimeoutMs,
+    idleTimeoutMs: cfg.idleTimeoutMs,
     onListen: ({ hostname, port }) => {
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
       const advertise = cfg.advertiseAddr ??
@@ -225,6 +228,12 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       );
     },
   }, handler);
+
+  if (!server.timeouts) {
+    log.server.warn(
+      "this Deno has no per-connection HTTP server: --header-timeout and --idle-timeout are not enforced",
+    );
+  }
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -323,6 +332,18 @@ program.command("server")
   .addOption(
     new Option("--max-body-bytes <n>", "largest request body accepted").env("ORBIT_MAX_BODY_BYTES")
       .default("1048576"),
+  )
+  .addOption(
+    new Option(
+      "--header-timeout <seconds>",
+      "seconds a new connection has to send its first request's head",
+    ).env("ORBIT_HEADER_TIMEOUT").default("20"),
+  )
+  .addOption(
+    new Option(
+      "--idle-timeout <seconds>",
+      "seconds a connection may stay open without a request in progress",
+    ).env("ORBIT_IDLE_TIMEOUT").default("65"),
   )
   .addOption(
     new Option("--cluster", "take part in leader election (PostgreSQL only)").env("ORBIT_CLUSTER"),

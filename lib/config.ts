@@ -25,6 +25,10 @@ export interface ServerConfig {
   logFormat: "text" | "json";
   logLevel: "trace" | "debug" | "info" | "warning" | "error" | "fatal";
   maxBodyBytes: number;
+  /** A new connection's time to deliver its first request head (lib/http_server.ts). */
+  headerTimeoutMs: number;
+  /** How long a connection without a request in progress stays open. */
+  idleTimeoutMs: number;
   cluster: boolean;
   clusterMode: "standby" | "shared";
   nodeId: string | null;
@@ -67,6 +71,8 @@ const raw = z.object({
     message: "--log-level must be one of trace, debug, info, warn, error, fatal",
   }),
   maxBodyBytes: number("--max-body-bytes", 1024),
+  headerTimeout: number("--header-timeout", 0.1),
+  idleTimeout: number("--idle-timeout", 0.1),
   cluster: z.union([z.boolean(), z.string()]).optional(),
   clusterMode: z.enum(["standby", "shared"], {
     message: "--cluster-mode must be standby or shared",
@@ -154,6 +160,8 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
     logFormat: o.logFormat,
     logLevel: level,
     maxBodyBytes: Math.round(o.maxBodyBytes),
+    headerTimeoutMs: Math.round(o.headerTimeout * 1000),
+    idleTimeoutMs: Math.round(o.idleTimeout * 1000),
     cluster,
     clusterMode: o.clusterMode,
     nodeId: o.nodeId ?? null,

@@ -86,6 +86,16 @@ function limitBody(max: number): MiddlewareHandler {
   };
 }
 
+/**
+ * A read of the request that failed because its client went away mid-body: Deno's body stream
+ * fails with BadResource (the connection's resource is gone), or the socket was reset.
+ */
+function clientGone(err: unknown): boolean {
+  return err instanceof Deno.errors.BadResource || err instanceof Deno.errors.ConnectionReset ||
+    err instanceof Deno.errors.ConnectionAborted || err instanceof Deno.errors.BrokenPipe ||
+    err instanceof Deno.errors.UnexpectedEof;
+}
+
 export function createApp(rt: Runtime, opts: AppOptions): Hono {
   const app = new Hono();
 
@@ -98,6 +108,17 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
         ? "missing or invalid bearer token (Authorization: Bearer <token>)"
         : err.message || "request refused";
       return errorResponse(new OrbitError(status, code, message));
+    }
+    if (clientGone(err)) {
+      // Nobody reads this answer: the connection is gone. A hang-up is the client's business.
+      log.server.debug("client went away before its request was read", {
+        method: c.req.method,
+        path: c.req.path,
+        error: (err as Error).message,
+      });
+      return errorResponse(
+        new OrbitError(400, "REQUEST_ABORTED", "the connection closed before the request was read"),
+      );
     }
     const storage = storageFailure(err);
     if (storage) {
