@@ -1,8 +1,8 @@
 #!/usr/bin/env -S deno run -A --unstable-no-legacy-abort
 /**
  * `orbit`: the one binary. `orbit server …` runs the runtime; the other subcommands are the
- * client CLI (SPEC §7). This is the only module that reads `Deno.env`, parses flags and calls
- * `Deno.serve`.
+ * client CLI (SPEC §7). This is the only module that reads `Deno.env`, parses flags and starts
+ * the HTTP server (lib/http_server.ts).
  */
 import { Command, Option } from "commander";
 import { ConfigError, parseServerConfig, type ServerConfig } from "./lib/config.ts";
@@ -13,6 +13,8 @@ import type { Store } from "./lib/store/store.ts";
 import { StandbyNode } from "./cluster/node.ts";
 import { SharedNode } from "./cluster/shared.ts";
 import { createApp } from "./routes/app.ts";
+import { serveHttp } from "./lib/http_server.ts";
+import { hostPolicy } from "./routes/browsers.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
 import { parseWorkersFile, type WorkersFile } from "./lib/workers_file.ts";
@@ -96,8 +98,18 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       }),
   });
   configureExpressions({ budget, sandbox });
-  if (!cfg.token) {
-    log.server.warn("no --token given: every client that can reach the address may use the API");
+  const hosts = cfg.token ? null : hostPolicy(cfg.hostname, cfg.advertiseAddr, cfg.allowedHosts);
+  if (hosts) {
+    log.server.warn(
+      "no --token given: every client that can reach the address may use the API; requests for another Host (DNS rebinding) and from other sites' web pages (Origin) are refused",
+      {
+        allowed_hosts: hosts.any
+          ? "*"
+          : ["IP addresses", "localhost", ...hosts.names, ...hosts.domains].join(","),
+      },
+    );
+  } else if (cfg.allowedHosts.length > 0) {
+    log.server.info("--allowed-hosts is not used with --token: every Host is served");
   }
   const open = async (term: number | null) => {
     try {
@@ -127,7 +139,13 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       readOnly,
       shared,
     });
-  const appOptions = { token: cfg.token, maxBodyBytes: cfg.maxBodyBytes, ui: cfg.ui, workers };
+  const appOptions = {
+    token: cfg.token,
+    maxBodyBytes: cfg.maxBodyBytes,
+    ui: cfg.ui,
+    workers,
+    hosts,
+  };
   if (workers) {
     log.server.info("workers file loaded", { path: workers.path, workers: workers.workers.length });
   }
@@ -174,10 +192,12 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     await single.start();
     handler = createApp(single, appOptions).fetch;
   }
-  const server = Deno.serve({
+  const server = serveHttp({
     hostname: cfg.hostname,
     port: cfg.port,
-    ...(tls ?? {}),
+    tls,
+    headerTimeoutMs: cfg.headerTimeoutMs,
+    idleTimeoutMs: cfg.idleTimeoutMs,
     onListen: ({ hostname, port }) => {
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
       const advertise = cfg.advertiseAddr ??
@@ -223,6 +243,12 @@ async function runServer(cfg: ServerConfig): Promise<void> {
       );
     },
   }, handler);
+
+  if (!server.timeouts) {
+    log.server.warn(
+      "this Deno has no per-connection HTTP server: --header-timeout and --idle-timeout are not enforced",
+    );
+  }
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -321,6 +347,12 @@ program.command("server")
       "ORBIT_HTTP_ALLOW",
     ),
   )
+  .addOption(
+    new Option(
+      "--allowed-hosts <names>",
+      "without --token: Host names served besides IP addresses and localhost (comma-separated; .example.com for a domain, * for any)",
+    ).env("ORBIT_ALLOWED_HOSTS"),
+  )
   .addOption(new Option("--no-ui", "do not serve the web UI at /"))
   .addOption(
     new Option("--log-format <format>", "text or json").env("ORBIT_LOG_FORMAT").default("text"),
@@ -332,6 +364,18 @@ program.command("server")
   .addOption(
     new Option("--max-body-bytes <n>", "largest request body accepted").env("ORBIT_MAX_BODY_BYTES")
       .default("1048576"),
+  )
+  .addOption(
+    new Option(
+      "--header-timeout <seconds>",
+      "seconds a new connection has to send its first request's head",
+    ).env("ORBIT_HEADER_TIMEOUT").default("20"),
+  )
+  .addOption(
+    new Option(
+      "--idle-timeout <seconds>",
+      "seconds a connection may stay open without a request in progress",
+    ).env("ORBIT_IDLE_TIMEOUT").default("65"),
   )
   .addOption(
     new Option("--cluster", "take part in leader election (PostgreSQL only)").env("ORBIT_CLUSTER"),

@@ -23,10 +23,16 @@ export interface ServerConfig {
   /** `--max-child-depth`, `--max-children-per-execution`, `--max-descendants`. */
   childLimits: ChildLimitOptions;
   httpAllow: string[];
+  /** Without a token: Host names served besides IP addresses, localhost and the listen name. */
+  allowedHosts: string[];
   ui: boolean;
   logFormat: "text" | "json";
   logLevel: "trace" | "debug" | "info" | "warning" | "error" | "fatal";
   maxBodyBytes: number;
+  /** A new connection's time to deliver its first request head (lib/http_server.ts). */
+  headerTimeoutMs: number;
+  /** How long a connection without a request in progress stays open. */
+  idleTimeoutMs: number;
   cluster: boolean;
   clusterMode: "standby" | "shared";
   nodeId: string | null;
@@ -67,12 +73,15 @@ const raw = z.object({
   maxChildrenPerExecution: number("--max-children-per-execution", 0).optional(),
   maxDescendants: number("--max-descendants", 0).optional(),
   httpAllow: z.union([z.string(), z.array(z.string())]).optional(),
+  allowedHosts: z.union([z.string(), z.array(z.string())]).optional(),
   ui: z.boolean().default(true),
   logFormat: z.enum(["text", "json"], { message: "--log-format must be text or json" }),
   logLevel: z.enum(["trace", "debug", "info", "warn", "warning", "error", "fatal"], {
     message: "--log-level must be one of trace, debug, info, warn, error, fatal",
   }),
   maxBodyBytes: number("--max-body-bytes", 1024),
+  headerTimeout: number("--header-timeout", 0.1),
+  idleTimeout: number("--idle-timeout", 0.1),
   cluster: z.union([z.boolean(), z.string()]).optional(),
   clusterMode: z.enum(["standby", "shared"], {
     message: "--cluster-mode must be standby or shared",
@@ -141,8 +150,18 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
       throw new ConfigError(`${flag} must be a whole number`);
     }
   }
-  const allow = (Array.isArray(o.httpAllow) ? o.httpAllow : o.httpAllow ? [o.httpAllow] : [])
-    .flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean);
+  const list = (v: string | string[] | undefined) =>
+    (Array.isArray(v) ? v : v ? [v] : []).flatMap((s) => s.split(",")).map((s) => s.trim())
+      .filter(Boolean);
+  const allow = list(o.httpAllow);
+  const allowedHosts = list(o.allowedHosts);
+  for (const h of allowedHosts) {
+    if (h !== "*" && !/^\.?[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$/.test(h)) {
+      throw new ConfigError(
+        `--allowed-hosts takes host names (orbit.example.com), .domains (.example.com, the domain and every name under it) or *, without a port or scheme; got "${h}"`,
+      );
+    }
+  }
   const level = o.logLevel === "warn" ? "warning" : o.logLevel;
   return {
     db: o.db,
@@ -162,10 +181,13 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
       maxDescendants: o.maxDescendants ?? DEFAULT_CHILD_LIMITS.maxDescendants,
     },
     httpAllow: allow,
+    allowedHosts,
     ui: o.ui,
     logFormat: o.logFormat,
     logLevel: level,
     maxBodyBytes: Math.round(o.maxBodyBytes),
+    headerTimeoutMs: Math.round(o.headerTimeout * 1000),
+    idleTimeoutMs: Math.round(o.idleTimeout * 1000),
     cluster,
     clusterMode: o.clusterMode,
     nodeId: o.nodeId ?? null,

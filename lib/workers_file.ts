@@ -16,6 +16,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { z } from "zod";
 import { ConfigError } from "./config.ts";
+import { noHiddenCharacters } from "./names.ts";
 
 export interface TaskPattern {
   /** A task name, or a prefix ending in `*` (`orders.*`); `*` alone is every task. */
@@ -40,12 +41,11 @@ export interface WorkersFile {
 /** Shortest token accepted: a guessable worker token would defeat the file. */
 export const MIN_TOKEN_LENGTH = 16;
 
-// Worker ids are logged and written to history, as at registration: no control characters.
-const NO_CONTROL = /^\P{Cc}*$/u;
-
+// Worker ids and task names are logged and written to history, as at registration: no control,
+// invisible or bidirectional characters (lib/names.ts).
 const taskSchema = z.strictObject({
   name: z.string().min(1, "must not be empty").max(200, "must be at most 200 characters")
-    .regex(NO_CONTROL, "must not contain control characters")
+    .superRefine(noHiddenCharacters)
     .refine(
       (s) => !s.slice(0, -1).includes("*"),
       "`*` may only end a pattern (orders.*) or stand alone (*)",
@@ -57,7 +57,7 @@ const taskSchema = z.strictObject({
 
 const workerSchema = z.strictObject({
   worker_id: z.string().min(1, "must not be empty").max(200, "must be at most 200 characters")
-    .regex(NO_CONTROL, "must not contain control characters"),
+    .superRefine(noHiddenCharacters),
   // The messages never quote the value: it is a secret.
   token: z.string()
     .min(MIN_TOKEN_LENGTH, `must be at least ${MIN_TOKEN_LENGTH} characters`)

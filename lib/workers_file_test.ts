@@ -161,10 +161,22 @@ Deno.test("parseWorkersFile() allows `*` only at the end of a task pattern", () 
   );
 });
 
-Deno.test("parseWorkersFile() refuses control characters in worker ids", () => {
+Deno.test("parseWorkersFile() refuses control, invisible and bidirectional characters in names", () => {
   assert.match(
     refusal(withWorker({ worker_id: "w\nINFO forged" })),
-    /\$\.workers\[0\]\.worker_id: must not contain control characters/,
+    /\$\.workers\[0\]\.worker_id: must not contain U\+000A \(no control, invisible or bidirectional characters\)/,
+  );
+  assert.match(
+    refusal(withWorker({ worker_id: "orders\u202egnp" })),
+    /\$\.workers\[0\]\.worker_id: must not contain U\+202E/,
+  );
+  assert.match(
+    refusal(withWorker({ worker_id: "orders\u200b" })),
+    /\$\.workers\[0\]\.worker_id: must not contain U\+200B/,
+  );
+  assert.match(
+    refusal(withWorker({ tasks: [{ name: "orders.\u2066x" }] })),
+    /\$\.workers\[0\]\.tasks\[0\]\.name: must not contain U\+2066/,
   );
 });
 

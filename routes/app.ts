@@ -1,7 +1,8 @@
 /**
  * The HTTP application: one Hono app with the resource sub-apps mounted, bearer
  * authentication on everything but health and ready (with a workers file, worker identities as
- * `routes/worker_auth.ts` describes), a body size limit, and one error handler
+ * `routes/worker_auth.ts` describes), JSON-only write bodies and, without a token, Host and
+ * Origin checks (`routes/browsers.ts`), a body size limit, and one error handler
  * that turns every failure into `{"error":{"code","message",…}}` with the right status.
  */
 import { Hono, type MiddlewareHandler } from "hono";
@@ -22,6 +23,7 @@ import { taskRoutes } from "./tasks.ts";
 import { scheduleRoutes } from "./schedules.ts";
 import { uiRoutes } from "./ui.ts";
 import { unauthorized, WORKER_ROUTES, workerAuth } from "./worker_auth.ts";
+import { hostGuard, type HostPolicy, jsonBodies } from "./browsers.ts";
 
 export interface AppOptions {
   token: string | null;
@@ -31,6 +33,11 @@ export interface AppOptions {
   gate?: GateView | null;
   /** With a workers file, the worker protocol takes worker tokens (routes/worker_auth.ts). */
   workers?: WorkersFile | null;
+  /**
+   * Without a token: the Host names the server answers to, and the Origins it takes requests
+   * from (routes/browsers.ts). Absent or null: any.
+   */
+  hosts?: HostPolicy | null;
 }
 
 function errorResponse(e: OrbitError): Response {
@@ -79,6 +86,16 @@ function limitBody(max: number): MiddlewareHandler {
   };
 }
 
+/**
+ * A read of the request that failed because its client went away mid-body: Deno's body stream
+ * fails with BadResource (the connection's resource is gone), or the socket was reset.
+ */
+function clientGone(err: unknown): boolean {
+  return err instanceof Deno.errors.BadResource || err instanceof Deno.errors.ConnectionReset ||
+    err instanceof Deno.errors.ConnectionAborted || err instanceof Deno.errors.BrokenPipe ||
+    err instanceof Deno.errors.UnexpectedEof;
+}
+
 export function createApp(rt: Runtime, opts: AppOptions): Hono {
   const app = new Hono();
 
@@ -91,6 +108,17 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
         ? "missing or invalid bearer token (Authorization: Bearer <token>)"
         : err.message || "request refused";
       return errorResponse(new OrbitError(status, code, message));
+    }
+    if (clientGone(err)) {
+      // Nobody reads this answer: the connection is gone. A hang-up is the client's business.
+      log.server.debug("client went away before its request was read", {
+        method: c.req.method,
+        path: c.req.path,
+        error: (err as Error).message,
+      });
+      return errorResponse(
+        new OrbitError(400, "REQUEST_ABORTED", "the connection closed before the request was read"),
+      );
     }
     const storage = storageFailure(err);
     if (storage) {
@@ -116,8 +144,10 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
   // Standby mode: the gate runs before authentication (reference page, "Standby behavior").
   if (opts.gate) app.use("/v1/*", clusterGate(opts.gate));
 
-  // Health and ready never need credentials.
+  // Health and ready never need credentials, and take any Host (probes send their own).
   app.route("/", systemRoutes(rt));
+  // Without a token: DNS rebinding and other sites' pages (routes/browsers.ts); the UI too.
+  if (opts.hosts && !opts.token) app.use("*", hostGuard(opts.hosts));
   if (opts.ui) app.route("/", uiRoutes());
 
   // Credentials first: a client without them learns nothing, not even the body limit.
@@ -128,6 +158,8 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
     for (const path of WORKER_ROUTES) app.use(path, auth.markWorkerRoute);
     app.use("/v1/*", auth.authenticate);
   } else if (opts.token) app.use("/v1/*", bearer(opts.token));
+  // Writes take JSON bodies only: no "simple" cross-origin request gets through.
+  app.use("/v1/*", jsonBodies());
   app.use("/v1/*", limitBody(opts.maxBodyBytes));
   if (auth) {
     // After the body limit: these read the body.

@@ -9,7 +9,7 @@ import { EXECUTION_ID_RE } from "../lib/executions.ts";
 import type { ExecutionRow } from "../lib/store/store.ts";
 import { runQuery, sendSignal } from "../lib/signals.ts";
 import { pendingOf } from "../lib/pending.ts";
-import { body, intParam, query } from "./util.ts";
+import { body, intParam, limitParam, query } from "./util.ts";
 
 const startSchema = z.object({
   workflow: z.string().min(1).max(128),
@@ -21,12 +21,12 @@ const startSchema = z.object({
 const listQuery = z.object({
   workflow: z.string().regex(NAME_RE, "must be a workflow name").optional(),
   status: z.enum(EXECUTION_STATUSES as [string, ...string[]]).optional(),
-  limit: intParam(1000).optional(),
+  limit: limitParam(1000).optional(),
   cursor: z.string().max(1000).optional(),
 });
 const historyQuery = z.object({
   after_seq: intParam(Number.MAX_SAFE_INTEGER).optional(),
-  limit: intParam(10_000).optional(),
+  limit: limitParam(10_000).optional(),
   run_id: z.string().regex(EXECUTION_ID_RE, "must be a run id").optional(),
 });
 const waitQuery = z.object({

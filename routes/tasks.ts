@@ -2,6 +2,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import type { Runtime } from "../lib/runtime.ts";
+import { plainName } from "../lib/names.ts";
 import { body } from "./util.ts";
 
 // Its form (`<execution id>/<uuid>`) is checked by the runtime: 422 INVALID_TOKEN.
@@ -18,7 +19,8 @@ export const failSchema = z.object({
   token,
   ...take,
   error: z.object({
-    code: z.string().min(1).max(200),
+    // Written to history, shown by the CLI and the console, matched against `non_retryable`.
+    code: plainName(200),
     message: z.string().max(100_000).default(""),
     retryable: z.boolean().optional(),
     details: z.unknown().optional(),

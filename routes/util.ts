@@ -16,8 +16,9 @@ export const MAX_JSON_DEPTH = 256;
 /**
  * The first thing in a parsed body that no store can keep or no engine code should walk: NUL
  * characters (PostgreSQL's jsonb and text refuse U+0000), unpaired surrogates (jsonb refuses
- * them too), nesting deeper than MAX_JSON_DEPTH (recursive code overflows its stack). Iterative,
- * so the check itself cannot overflow. Refused the same way on every store.
+ * them too), numbers JSON.parse made infinite (`1e999`: JSON.stringify would store `null`),
+ * nesting deeper than MAX_JSON_DEPTH (recursive code overflows its stack). Iterative, so the
+ * check itself cannot overflow. Refused the same way on every store.
  */
 export function unstorable(value: unknown): { path: string; message: string } | null {
   return storable(value) ? null : firstUnstorable(value);
@@ -35,6 +36,8 @@ function storable(value: unknown): boolean {
     const depth = depths.pop()!;
     if (typeof v === "string") {
       if (v.includes("\u0000") || !v.isWellFormed()) return false;
+    } else if (typeof v === "number") {
+      if (!Number.isFinite(v)) return false;
     } else if (v !== null && typeof v === "object") {
       if (depth >= MAX_JSON_DEPTH) return false;
       if (Array.isArray(v)) {
@@ -77,6 +80,13 @@ function firstUnstorable(value: unknown): { path: string; message: string } | nu
       if (!v.isWellFormed()) {
         return { path: pathOf(it), message: "must not contain unpaired UTF-16 surrogates" };
       }
+    } else if (typeof v === "number") {
+      if (!Number.isFinite(v)) {
+        return {
+          path: pathOf(it),
+          message: "must be a finite number (a JSON number this large parses to infinity)",
+        };
+      }
     } else if (v !== null && typeof v === "object") {
       if (it.depth >= MAX_JSON_DEPTH) {
         return { path: pathOf(it), message: `nested deeper than ${MAX_JSON_DEPTH} levels` };
@@ -106,9 +116,32 @@ function checkStorable(raw: unknown): void {
   }
 }
 
-/** The request body as JSON checked against `schema`: 400 BAD_JSON, 422 INVALID_REQUEST. */
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * The request body as text: 400 INVALID_ENCODING when it is not UTF-8 (`text()` would put
+ * U+FFFD in place of every bad byte, and a body would be stored as something its sender never
+ * sent). Read as bytes, which hono keeps for the next reader of the same request.
+ */
+export async function bodyText(c: Context): Promise<string> {
+  const bytes = await c.req.arrayBuffer();
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw new OrbitError(
+      400,
+      "INVALID_ENCODING",
+      "request body is not valid UTF-8 (JSON bodies must be UTF-8)",
+    );
+  }
+}
+
+/**
+ * The request body as JSON checked against `schema`: 400 INVALID_ENCODING, 400 BAD_JSON,
+ * 422 INVALID_REQUEST.
+ */
 export async function body<T extends z.ZodType>(c: Context, schema: T): Promise<z.infer<T>> {
-  const text = await c.req.text();
+  const text = await bodyText(c);
   const raw = text.trim() === "" ? {} : parseJson(text);
   const r = schema.safeParse(raw);
   if (!r.success) {
@@ -121,7 +154,7 @@ export async function body<T extends z.ZodType>(c: Context, schema: T): Promise<
 
 /** The raw JSON body (for documents validated elsewhere). */
 export async function rawJson(c: Context): Promise<unknown> {
-  return parseJson(await c.req.text());
+  return parseJson(await bodyText(c));
 }
 
 /** A request body's JSON: 400 BAD_JSON when it is not JSON, checked to be storable. */
@@ -154,4 +187,13 @@ export function query<T extends z.ZodType>(c: Context, schema: T): z.infer<T> {
 export const intParam = (max: number) =>
   z.string().regex(/^\d{1,15}$/, "must be a non-negative integer").transform(Number).pipe(
     z.number().max(max, `must be at most ${max}`),
+  );
+
+/**
+ * A page size: 1 to `max`. A page of none would answer the same cursor again, and a client that
+ * pages until there is no next one would never stop.
+ */
+export const limitParam = (max: number) =>
+  z.string().regex(/^\d{1,15}$/, "must be a whole number from 1").transform(Number).pipe(
+    z.number().min(1, "must be at least 1").max(max, `must be at most ${max}`),
   );

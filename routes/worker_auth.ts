@@ -37,6 +37,7 @@ import {
 } from "../lib/workers_file.ts";
 import { heartbeatSchema, pollSchema, registerSchema, unregisterSchema } from "./workers.ts";
 import { completeSchema, failSchema } from "./tasks.ts";
+import { bodyText } from "./util.ts";
 
 /** The routes of the worker protocol (SPEC §4). */
 export const WORKER_ROUTES = [
@@ -177,8 +178,8 @@ export function workerAuth(
   async (c, next) => {
     const me = callers.get(c);
     if (me) {
-      // Read errors (the body limit) propagate; the route reads the same cached text.
-      const text = await c.req.text();
+      // Read errors (the body limit, bad UTF-8) propagate; the route reads the same cached bytes.
+      const text = await bodyText(c);
       let raw: unknown = {};
       try {
         if (text.trim() !== "") raw = JSON.parse(text);

@@ -2,20 +2,20 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import type { Runtime } from "../lib/runtime.ts";
+import { plainName } from "../lib/names.ts";
 import { body } from "./util.ts";
 
 const sessionId = z.string().min(1).max(200);
-// Logged and written to history: no control characters (a newline would forge log lines).
-const label = (max: number) =>
-  z.string().min(1).max(max).regex(/^\P{Cc}*$/u, "must not contain control characters");
 
+// Logged, written to history and shown by the CLI and the console: no control, invisible or
+// bidirectional characters (a newline would forge a log line, U+202E reorder one).
 export const registerSchema = z.object({
-  worker_id: label(200),
-  runtime: label(64).default("any"),
+  worker_id: plainName(200),
+  runtime: plainName(64).default("any"),
   tasks: z.array(z.object({
-    name: z.string().min(1).max(200),
-    contract: z.string().min(1).max(64),
-    language: z.string().min(1).max(32).optional(),
+    name: plainName(200),
+    contract: plainName(64),
+    language: plainName(32).optional(),
   })).min(1).max(1000),
   concurrency: z.number().int().min(1).max(10_000).default(1),
 });

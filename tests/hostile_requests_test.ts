@@ -337,8 +337,113 @@ function table(fx: Fixture): Case[] {
           ...enc.encode('"}'),
         ]),
       ),
+      status: 400,
+      code: "INVALID_ENCODING",
+    },
+    {
+      name: "start: invalid UTF-8 in input (text() would store U+FFFD)",
+      ...startText(
+        new Uint8Array([
+          ...enc.encode(
+            '{"workflow":"Hostile.Order","execution_id":"utf8-1","input":{"order_id":"',
+          ),
+          0xc3,
+          0x28,
+          ...enc.encode('"}}'),
+        ]),
+      ),
+      status: 400,
+      code: "INVALID_ENCODING",
+    },
+    {
+      name: "start: a truncated UTF-8 sequence at the end of a string",
+      ...startText(
+        new Uint8Array([
+          ...enc.encode(
+            '{"workflow":"Hostile.Order","execution_id":"utf8-2","input":{"order_id":"',
+          ),
+          0xe2,
+          0x82,
+          ...enc.encode('"}}'),
+        ]),
+      ),
+      status: 400,
+      code: "INVALID_ENCODING",
+    },
+    {
+      name: "start: UTF-8 encoded surrogate (CESU-8)",
+      ...startText(
+        new Uint8Array([
+          ...enc.encode(
+            '{"workflow":"Hostile.Order","execution_id":"utf8-3","input":{"order_id":"',
+          ),
+          0xed,
+          0xa0,
+          0x80,
+          ...enc.encode('"}}'),
+        ]),
+      ),
+      status: 400,
+      code: "INVALID_ENCODING",
+    },
+    {
+      name: "deploy: invalid UTF-8 in the description",
+      ...postText("/v1/workflows", ""),
+      text: new Uint8Array([
+        ...enc.encode(JSON.stringify({ ...INSTANT, version: "5.0.0" }).slice(0, -1)),
+        ...enc.encode(',"description":"'),
+        0xff,
+        ...enc.encode('"}'),
+      ]),
+      status: 400,
+      code: "INVALID_ENCODING",
+    },
+    {
+      name: "complete: invalid UTF-8 in the output",
+      ...postText("/v1/tasks/complete", ""),
+      text: new Uint8Array([...enc.encode(`{"token":"${RUNNING}/x","output":"`), 0x80, 34, 125]),
+      status: 400,
+      code: "INVALID_ENCODING",
+    },
+    {
+      name: "start: input 1e999 (JSON.parse makes it Infinity, stored as null)",
+      ...startText(
+        '{"workflow":"Hostile.Order","execution_id":"inf-1","input":{"order_id":"x","n":1e999}}',
+      ),
       status: 422,
-      code: "INVALID_EXECUTION_ID",
+      code: "INVALID_REQUEST",
+      check: (b) => assert.equal(b.error.problems[0].path, "$.input.n", JSON.stringify(b)),
+    },
+    {
+      name: "start: input -1e999 in an array",
+      ...startText(
+        '{"workflow":"Hostile.Order","execution_id":"inf-2","input":{"order_id":"x","a":[1,-1e999]}}',
+      ),
+      status: 422,
+      code: "INVALID_REQUEST",
+      check: (b) => assert.equal(b.error.problems[0].path, "$.input.a[1]", JSON.stringify(b)),
+    },
+    {
+      name: "deploy: a literal 1e999",
+      ...postText(
+        "/v1/workflows",
+        JSON.stringify({ ...INSTANT, version: "6.0.0", steps: [{ id: "done", return: 7 }] })
+          .replace('"return":7', '"return":1e999'),
+      ),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
+      name: "complete: output 1e999",
+      ...postText("/v1/tasks/complete", `{"token":"${RUNNING}/x","output":{"total":1e999}}`),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
+      name: "signal: payload 1e999",
+      ...postText(`/v1/executions/${RUNNING}/signals/go`, '{"payload":1e999}'),
+      status: 422,
+      code: "INVALID_REQUEST",
     },
     { name: "deploy: empty body", ...postText("/v1/workflows", ""), status: 400, code: "BAD_JSON" },
     {
@@ -1338,6 +1443,19 @@ function table(fx: Fixture): Case[] {
     // --- query parameters out of range ----------------------------------------------------------
     { name: "list: limit=-1", path: "/v1/executions?limit=-1", status: 400, code: "INVALID_QUERY" },
     {
+      name: "list: limit=0 (a page of none)",
+      path: "/v1/executions?limit=0",
+      status: 400,
+      code: "INVALID_QUERY",
+      check: (b) => assert.match(b.error.problems[0].message, /at least 1/),
+    },
+    {
+      name: "history: limit=0 (a page of none)",
+      path: `/v1/executions/${RUNNING}/history?limit=0`,
+      status: 400,
+      code: "INVALID_QUERY",
+    },
+    {
       name: "list: limit=abc",
       path: "/v1/executions?limit=abc",
       status: 400,
@@ -2020,6 +2138,74 @@ function table(fx: Fixture): Case[] {
       code: "INVALID_REQUEST",
     },
     {
+      name: "register: worker_id with U+202E (right-to-left override)",
+      ...post("/v1/workers/register", { ...reg, worker_id: "w\u202egnp.exe" }),
+      status: 422,
+      code: "INVALID_REQUEST",
+      check: (b) => assert.match(b.error.problems[0].message, /U\+202E/),
+    },
+    {
+      name: "register: worker_id with U+2066 (left-to-right isolate)",
+      ...post("/v1/workers/register", { ...reg, worker_id: "w\u2066x\u2069" }),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
+      name: "register: worker_id with a zero-width space",
+      ...post("/v1/workers/register", { ...reg, worker_id: "w\u200bx" }),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
+      name: "register: worker_id with U+2028 (line separator)",
+      ...post("/v1/workers/register", { ...reg, worker_id: "w\u2028x" }),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
+      name: "register: task name with a newline (log forging)",
+      ...post("/v1/workers/register", {
+        ...reg,
+        tasks: [{ name: "payments.charge\nINFO forged", contract: "1" }],
+      }),
+      status: 422,
+      code: "INVALID_REQUEST",
+      check: (b) => assert.equal(b.error.problems[0].path, "$.tasks[0].name"),
+    },
+    {
+      name: "register: task contract with U+202E",
+      ...post("/v1/workers/register", {
+        ...reg,
+        tasks: [{ name: "payments.charge", contract: "1\u202e" }],
+      }),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
+      name: "register: task language with an escape sequence",
+      ...post("/v1/workers/register", {
+        ...reg,
+        tasks: [{ name: "payments.charge", contract: "1", language: "py\u001b[2J" }],
+      }),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
+      name: "register: runtime with U+202E",
+      ...post("/v1/workers/register", { ...reg, runtime: "deno\u202e" }),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
+      name: "fail: error code with a newline",
+      ...post("/v1/tasks/fail", {
+        token: `${RUNNING}/x`,
+        error: { code: "E\nINFO forged", message: "m" },
+      }),
+      status: 422,
+      code: "INVALID_REQUEST",
+    },
+    {
       name: "register: worker_id with NUL",
       ...post("/v1/workers/register", { ...reg, worker_id: "w\u0000" }),
       status: 422,
@@ -2040,6 +2226,15 @@ function table(fx: Fixture): Case[] {
   cases.push(
     sched("create: truncated JSON", postText("/v1/schedules", '{"schedule_id":'), 400, "BAD_JSON"),
     sched("create: JSON array", post("/v1/schedules", []), 422, "INVALID_SCHEDULE"),
+    sched(
+      "create: input 1e999",
+      postText(
+        "/v1/schedules",
+        '{"schedule_id":"s-inf","workflow":"Hostile.Instant","every_s":60,"input":{"n":1e999}}',
+      ),
+      422,
+      "INVALID_REQUEST",
+    ),
     sched(
       "create: existing id",
       post("/v1/schedules", { ...every, schedule_id: SCHEDULE }),

@@ -94,6 +94,82 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name: "over TLS, HTTP/2 and HTTP/1.1 are served and connections without a request are closed",
+  ignore: !HAS_OPENSSL,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const dir = await tempDir();
+    const pair = await selfSigned(dir);
+    const server = await startServer({
+      db: `${dir}/orbit.db`,
+      args: [
+        "--tls-cert",
+        pair.certPath,
+        "--tls-key",
+        pair.keyPath,
+        "--header-timeout",
+        "1",
+        "--idle-timeout",
+        "2",
+      ],
+    });
+    const u = new URL(server.url);
+    const open = () =>
+      Deno.connectTls({ hostname: u.hostname, port: Number(u.port), caCerts: [pair.cert] });
+    /** Milliseconds until the server closes `conn`, reading what it sends before. */
+    const closedAfter = async (conn: Deno.TlsConn, since: number) => {
+      const buf = new Uint8Array(65_536);
+      const timer = setTimeout(() => conn.close(), 20_000);
+      try {
+        while ((await conn.read(buf).catch(() => null)) !== null) { /* an answer */ }
+        return Date.now() - since;
+      } finally {
+        clearTimeout(timer);
+      }
+    };
+    try {
+      for (const protocol of [["h2", "http/1.1"], ["http/1.1"]]) {
+        const conn = await Deno.connectTls({
+          hostname: u.hostname,
+          port: Number(u.port),
+          caCerts: [pair.cert],
+          alpnProtocols: protocol,
+        });
+        const { alpnProtocol } = await conn.handshake();
+        assert.equal(alpnProtocol, protocol[0], "the protocol offered first is chosen");
+        conn.close();
+      }
+      const client = Deno.createHttpClient({ caCerts: [pair.cert] });
+      try {
+        const r = await fetch(`${server.url}/v1/health`, { client });
+        assert.equal(r.status, 200);
+        await r.body?.cancel();
+      } finally {
+        client.close();
+      }
+
+      // A connection that completed its handshake and asks nothing; one kept alive after a request.
+      const since = Date.now();
+      const silent = await open();
+      await silent.handshake();
+      const kept = await open();
+      await kept.write(
+        new TextEncoder().encode(`GET /v1/health HTTP/1.1\r\nHost: ${u.host}\r\n\r\n`),
+      );
+      const first = new Uint8Array(4096);
+      assert.match(new TextDecoder().decode(first.subarray(0, (await kept.read(first))!)), / 200 /);
+      const keptSince = Date.now();
+      const [a, b] = await Promise.all([closedAfter(silent, since), closedAfter(kept, keptSince)]);
+      assert.ok(a >= 900 && a < 3_500, `the silent TLS connection closed after ${a} ms`);
+      assert.ok(b >= 1_900 && b < 4_500, `the kept-alive TLS connection closed after ${b} ms`);
+    } finally {
+      await server.kill("SIGKILL");
+    }
+  },
+});
+
 Deno.test("--tls-cert without --tls-key, or the reverse, is refused", async () => {
   const db = `${await tempDir()}/orbit.db`;
   let r = await serverRefusal(["--db", db, "--tls-cert", "/tmp/server.crt"]);
