@@ -7,6 +7,7 @@
  */
 import type { StartRecord } from "./checker.ts";
 import type { Rng } from "./rng.ts";
+import { type EventType, TERMINAL_EVENTS } from "../lib/engine/events.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 export const ORDER_WORKFLOW = JSON.parse(
@@ -239,6 +240,22 @@ export class Driver {
     return null;
   }
 
+  /** Polls the history until the run has started a signal wait or ended, or the deadline. */
+  async #reachedSignalWait(id: string, end: number): Promise<void> {
+    while (Date.now() < end) {
+      const r = await call(this.base(), "GET", `/v1/executions/${id}/history`, undefined, 15_000);
+      const events: { type?: string; kind?: string }[] = Array.isArray(r.body?.events)
+        ? r.body.events
+        : [];
+      const there = (e: { type?: string; kind?: string }) =>
+        (e.type === "StepStarted" && e.kind === "wait_signal") ||
+        TERMINAL_EVENTS.has(e.type as EventType);
+      if (events.some(there)) return;
+      if (r.status === 404) return;
+      await new Promise((res) => setTimeout(res, 200));
+    }
+  }
+
   /**
    * The go or cancel never got an answer before its deadline: it may not have landed, so the
    * flow may wait for its signal. That is the driver's failure, reported as unanswered.
@@ -299,7 +316,12 @@ export class Driver {
         (rec.signals ??= []).push({ signal: "note", key: i, statuses });
         if (r.status === 200 || r.status === 201) this.stats.signals++;
       }
-      if (declaredWait) continue;
+      if (declaredWait) {
+        // Left on its wait: it must reach it first (its first task may still be redelivered
+        // after a killed worker's session timeout), or the checker reads it mid-step.
+        await this.#reachedSignalWait(id, end);
+        continue;
+      }
       if (roll < 0.35) {
         const r = await retry(
           this.base,
