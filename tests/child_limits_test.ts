@@ -6,7 +6,7 @@
  * children back instead of letting them past. No fixed sleeps: every wait is for a condition.
  */
 import assert from "node:assert/strict";
-import { api, startServer, waitFor } from "./support/server.ts";
+import { api, startServer, tempDir, waitFor } from "./support/server.ts";
 import { testEachStore } from "./support/stores.ts";
 
 type Api = ReturnType<typeof api>;
@@ -220,6 +220,57 @@ testEachStore(
       const rows = await all(c, "Bomb");
       assert.equal(rows.length, 3, "the held child never started");
       assert.deepEqual([...new Set(rows.map((r) => r.status))], ["cancelled"]);
+    });
+  },
+);
+
+Deno.test(
+  "a doubling tree at the default limits does not hold the server's answers back",
+  async () => {
+    // 10,000 descendants started as fast as the server can: its commits follow each other
+    // without a pause. Requests must still be answered between them (issue 37: /v1/health
+    // waited 2.7-15 s behind such a tree when commits were chained on immediates; 0.1-0.25 s
+    // since a chained commit waits for a timer turn).
+    await withServer(`${await tempDir()}/orbit.db`, [], async (c) => {
+      await deploy(c, DOUBLE, LEAF);
+      assert.equal(
+        (await c.post("/v1/executions", { workflow: "Double", execution_id: "big" })).status,
+        201,
+      );
+      let ended = false;
+      const latencies: number[] = [];
+      const probe = (async () => {
+        while (!ended) {
+          const started = performance.now();
+          const r = await c.get("/v1/health");
+          latencies.push(performance.now() - started);
+          assert.equal(r.status, 200);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      })();
+      try {
+        await waitFor(
+          async () => {
+            const r = await c.get("/v1/executions/big/wait?timeout_s=10");
+            return r.body.status !== "running";
+          },
+          "the root to end",
+          120_000,
+        );
+        await waitFor(
+          async () => (await c.get("/v1/health")).body.active_executions === 0,
+          "every execution of the tree to end",
+          120_000,
+        );
+      } finally {
+        ended = true;
+        await probe;
+      }
+      const rows = await all(c, "Double");
+      assert.ok(rows.length >= 1000, `${rows.length} executions: the tree grew`);
+      const worst = Math.max(...latencies);
+      assert.ok(latencies.length >= 10, `${latencies.length} probes answered`);
+      assert.ok(worst < 2000, `the slowest of ${latencies.length} probes took ${worst} ms`);
     });
   },
 );
