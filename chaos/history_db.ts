@@ -6,7 +6,7 @@
  */
 import postgres from "postgres";
 import { DatabaseSync } from "node:sqlite";
-import { retry } from "./driver.ts";
+import { retry } from "./http.ts";
 
 export interface ExecRow {
   execution_id: string;

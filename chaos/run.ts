@@ -27,16 +27,14 @@ import {
 } from "./checker.ts";
 import { Deployment, type Mode } from "./deployment.ts";
 import {
-  call,
   Driver,
   type DriverStats,
   FLOW_WORKFLOW,
   ORDER_WORKFLOW,
-  retry,
   SCHEDULE_EVERY_S,
   TICK_WORKFLOW,
-  useToken,
 } from "./driver.ts";
+import { call, retry, useToken } from "./http.ts";
 import { type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
 import { ATTACH_FAULTS, type FaultKind, FaultScheduler, faultsFor } from "./faults.ts";
 import { readSnapshot, readSnapshotHttp } from "./history_db.ts";

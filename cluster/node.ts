@@ -13,23 +13,11 @@
  * so they start from zero on a new leader, as the reference page says.
  */
 import type { Hono } from "hono";
-import { Elector, type LeaderInfo } from "./standby.ts";
+import { Elector } from "./standby.ts";
+import type { ClusterView, LeaderInfo } from "../lib/cluster_view.ts";
 import type { Runtime } from "../lib/runtime.ts";
 import type { Store } from "../lib/store/store.ts";
 import { log } from "../lib/log.ts";
-
-/** What the runtime, the gate and health read of the cluster. */
-export interface ClusterView {
-  role(): "leader" | "standby" | "shared";
-  nodeId: string;
-  /** Shared mode: this process (its ownership rows and schedule claims name it). */
-  readonly instance?: string;
-  term(): number | null;
-  leader(): LeaderInfo | null;
-  serving(): boolean;
-  /** Shared mode: the fields health and ready add (owned executions, nodes, …). */
-  details?(): Promise<Record<string, unknown>>;
-}
 
 export interface StandbyNodeOptions {
   url: string;

@@ -48,10 +48,10 @@ import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { WatchedClient } from "../lib/store/watched_client.ts";
 import { type ExecutionRow, InboxGoneError, type Store } from "../lib/store/store.ts";
-import type { EagerSession, TaskPayload } from "../lib/workers.ts";
+import type { EagerSession, TaskPayload } from "../lib/worker_sessions.ts";
 
 import * as q from "../sql/postgres/shared.ts";
-import type { ClusterView } from "./node.ts";
+import type { ClusterView } from "../lib/cluster_view.ts";
 import { SharedWorkers } from "./shared_workers.ts";
 
 const TICK_MS = 1000;

@@ -44,6 +44,7 @@ import {
 } from "../sql/postgres/cluster.ts";
 import { log } from "../lib/log.ts";
 import { withTimeout } from "../lib/with_timeout.ts";
+import type { LeaderInfo } from "../lib/cluster_view.ts";
 
 export const CHECK_INTERVAL_MS = 1000;
 export const LEASE_MS = 3000;
@@ -52,11 +53,6 @@ export const LEASE_MS = 3000;
  * it back: the leader is alive, lost only its connection, and takes its lock back.
  */
 export const RETAKE_GRACE_MS = 2000;
-
-export interface LeaderInfo {
-  node_id: string;
-  addr: string | null;
-}
 
 export interface ElectorOptions {
   url: string;

@@ -2,7 +2,8 @@
  * Workflow definitions: deploy (validate, then insert once; a deployed version is immutable)
  * and lookup, with an in-memory cache of parsed documents.
  */
-import { canonicalJson, SEMVER_RE, validateWorkflow, type WorkflowDoc } from "./engine/ir.ts";
+import { canonicalJson, SEMVER_RE, type WorkflowDoc } from "./engine/ir.ts";
+import { validateWorkflow } from "./engine/validate.ts";
 import type { DefinitionRow, Store } from "./store/store.ts";
 import { conflict, invalid, notFound } from "./errors.ts";
 import semver from "semver";

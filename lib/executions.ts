@@ -42,6 +42,7 @@ import {
   InboxGoneError,
   mayHaveCommitted,
   ownerFencedError,
+  readRun,
   type Store,
   TaskTakenError,
   type WakingRow,
@@ -50,9 +51,8 @@ import { sharedChanges } from "./shared_changes.ts";
 import { conflict, invalid, notFound, OrbitError, storageError } from "./errors.ts";
 import type { Metrics } from "./metrics.ts";
 import { validateAgainst } from "./jsonschema.ts";
-import { readRun } from "./signals.ts";
 import { log } from "./log.ts";
-import type { EagerSession, TaskPayload } from "./workers.ts";
+import type { EagerSession, TaskPayload } from "./worker_sessions.ts";
 import { evictable, WAKE_AHEAD_MS, WAKE_POLL_MS, wakeAt } from "./execution_cache.ts";
 
 export interface Clock {

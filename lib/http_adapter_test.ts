@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { Runtime } from "./runtime.ts";
 import { openStore } from "./store/open.ts";
-import { readRun } from "./signals.ts";
+import { readRun } from "./store/store.ts";
 import type { HistoryEvent } from "./engine/events.ts";
 import {
   type CommitFault,

@@ -16,7 +16,7 @@ import { ScheduleService } from "./schedule_service.ts";
 import { SUPPORTED_IR } from "./engine/ir.ts";
 import { API_VERSION, RUNTIME_VERSION } from "./version.ts";
 import { log } from "./log.ts";
-import type { ClusterView } from "../cluster/node.ts";
+import type { ClusterView } from "./cluster_view.ts";
 
 export interface RuntimeOptions {
   sessionTimeoutMs: number;

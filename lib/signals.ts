@@ -8,14 +8,13 @@
  * of a running execution, or on the state replayed from the store's history of a finished one.
  */
 import { scope } from "./engine/builder.ts";
-import type { HistoryEvent } from "./engine/events.ts";
 import { evaluate, ExpressionLimitError } from "./engine/expr.ts";
 import type { WorkflowDoc } from "./engine/ir.ts";
 import { type ExecutionState, replay } from "./engine/state.ts";
 import type { Executions } from "./executions.ts";
 import { conflict, invalid, notFound } from "./errors.ts";
 import { validateAgainst } from "./jsonschema.ts";
-import type { ExecutionRow, Store } from "./store/store.ts";
+import { type ExecutionRow, readRun } from "./store/store.ts";
 
 async function load(ex: Executions, id: string): Promise<{ row: ExecutionRow; def: WorkflowDoc }> {
   const row = await ex.store.getExecution(id);
@@ -85,16 +84,6 @@ export async function sendSignal(
     throw notFound("UNKNOWN_EXECUTION", `execution ${id} is not running on this server`);
   }
   return { seq: received.seq, execution_id: id, run_id: r.state.run_id, signal: name };
-}
-
-/** Every event of one run (paged reads). */
-export async function readRun(store: Store, runId: string): Promise<HistoryEvent[]> {
-  const out: HistoryEvent[] = [];
-  for (;;) {
-    const page = await store.readHistory(runId, out.at(-1)?.seq ?? 0, 10_000);
-    out.push(...page);
-    if (page.length < 10_000) return out;
-  }
 }
 
 /** Evaluates query `name` of execution `id`: `{result}`. */

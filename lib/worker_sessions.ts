@@ -261,3 +261,16 @@ export class WorkerSessions {
     }
   }
 }
+
+export interface TaskPayload {
+  token: string;
+  execution_id: string;
+  step: string;
+  attempt: number;
+  task: string;
+  contract: string;
+  input: unknown;
+  idempotency_key: string;
+  redelivery: boolean;
+  deadline_ms: number | null;
+}

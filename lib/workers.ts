@@ -25,6 +25,7 @@ import {
   type Session,
   type SessionRegistration,
   type SweepHandlers,
+  type TaskPayload,
   WorkerSessions,
 } from "./worker_sessions.ts";
 import { MemoryTaskQueue, type QueuedTask, type TaskQueue } from "./task_queue.ts";
@@ -36,6 +37,7 @@ export {
   languageFits,
   serves,
   type Session,
+  type TaskPayload,
   type TaskRegistration,
 } from "./worker_sessions.ts";
 
@@ -47,19 +49,6 @@ export {
  */
 export function pollWaitMs(asked: number, sessionTimeoutMs: number): number {
   return Math.min(asked, Math.max(1000, Math.floor(sessionTimeoutMs / 2)));
-}
-
-export interface TaskPayload {
-  token: string;
-  execution_id: string;
-  step: string;
-  attempt: number;
-  task: string;
-  contract: string;
-  input: unknown;
-  idempotency_key: string;
-  redelivery: boolean;
-  deadline_ms: number | null;
 }
 
 interface Waiter {

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { Runtime } from "./runtime.ts";
 import { openStore } from "./store/open.ts";
-import { readRun } from "./signals.ts";
+import { readRun } from "./store/store.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { SWITCH_WORKFLOW } from "../tests/support/orders.ts";
 

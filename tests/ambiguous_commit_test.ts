@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { replay } from "../lib/engine/state.ts";
-import { readRun } from "../lib/signals.ts";
+import { readRun } from "../lib/store/store.ts";
 import type { HistoryEvent } from "../lib/engine/events.ts";
 import { type CommitFault, faultyStore, rng } from "./support/faulty_store.ts";
 import { stopSharedPostgres, STORES, type StoreTarget } from "./support/stores.ts";

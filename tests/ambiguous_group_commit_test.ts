@@ -18,7 +18,7 @@ import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import { replay } from "../lib/engine/state.ts";
-import { readRun } from "../lib/signals.ts";
+import { readRun } from "../lib/store/store.ts";
 import type { Store } from "../lib/store/store.ts";
 import {
   type CommitFault,

@@ -69,3 +69,48 @@ Deno.test("only main.ts reads the environment (lib, routes, cluster)", async () 
     }
   }
 });
+
+Deno.test("lib imports nothing from cluster/ or routes/: the cluster modes are strategies over lib", async () => {
+  let seen = 0;
+  for (const { path, text } of await sources("lib")) {
+    for (const spec of imports(text)) {
+      seen++;
+      if (!spec.startsWith(".")) continue;
+      const target = new URL(spec, `file:///${path}`).pathname.slice(1);
+      assert.ok(
+        !target.startsWith("cluster/") && !target.startsWith("routes/") && target !== "main.ts",
+        `${path} imports ${spec}`,
+      );
+    }
+  }
+  assert.ok(seen > 100, `only ${seen} imports found: the scan is broken`);
+});
+
+Deno.test("no import circles among the sources (type imports included)", async () => {
+  const graph = new Map<string, string[]>();
+  for (const dir of ["lib", "cluster", "routes", "chaos", "sdk/typescript", "ui", "bench"]) {
+    for (const { path, text } of await sources(dir)) {
+      graph.set(
+        path,
+        imports(text).filter((s) => s.startsWith("."))
+          .map((s) => new URL(s, `file:///${path}`).pathname.slice(1)),
+      );
+    }
+  }
+  assert.ok(graph.size > 100, `only ${graph.size} files: the scan is broken`);
+  // Depth-first search; a grey node met again closes a circle.
+  const state = new Map<string, "grey" | "black">();
+  const circles: string[] = [];
+  const visit = (node: string, stack: string[]) => {
+    state.set(node, "grey");
+    for (const next of graph.get(node) ?? []) {
+      if (!graph.has(next)) continue;
+      if (state.get(next) === "grey") {
+        circles.push([...stack.slice(stack.indexOf(next)), node, next].join(" -> "));
+      } else if (!state.has(next)) visit(next, [...stack, node]);
+    }
+    state.set(node, "black");
+  };
+  for (const node of [...graph.keys()].sort()) if (!state.has(node)) visit(node, []);
+  assert.deepEqual(circles, []);
+});

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
-import { readRun } from "../lib/signals.ts";
+import { readRun } from "../lib/store/store.ts";
 import { faultyStore, recordCommits } from "./support/faulty_store.ts";
 import { tempDir } from "./support/server.ts";
 

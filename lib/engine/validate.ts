@@ -13,40 +13,26 @@ import { z } from "zod";
 import { compile, expressionsIn, expressionText, regexProblems } from "./expr.ts";
 import { compileSchema } from "../jsonschema.ts";
 import { httpAllowed, httpRefusal } from "./http_allow.ts";
-import { countSteps, MAX_STEPS, type Problem, type WorkflowDoc } from "./ir.ts";
+import {
+  countSteps,
+  IR2_KINDS,
+  MAX_SLEEP_S,
+  MAX_STEPS,
+  NAME_RE,
+  type Problem,
+  SEMVER_RE,
+  SUPPORTED_IR,
+  type WorkflowDoc,
+} from "./ir.ts";
 
-export const SUPPORTED_IR = ["orbit-ir/1", "orbit-ir/2"] as const;
-export const IR2_KINDS = [
-  "wait_signal",
-  "sleep_s",
-  "http",
-  "child",
-  "parallel",
-  "if",
-  "assign",
-  "continue_as_new",
-] as const;
 const IR1_KINDS = ["task", "return"] as const;
 const IR2_TOP = ["timeout_s", "signals", "queries", "handlers"] as const;
 
-export const NAME_RE = /^[A-Za-z][A-Za-z0-9_.-]{0,127}$/;
-/**
- * A semantic version as semver.org's own expression has it (no leading zeros, no empty
- * identifiers), each number at most 15 digits (below 2^53, which npm `semver` refuses) and 128
- * characters in all: every version deploy accepts is one that sorting and "the latest" can read.
- */
-export const SEMVER_RE = new RegExp(
-  "^(?=.{5,128}$)(0|[1-9]\\d{0,14})\\.(0|[1-9]\\d{0,14})\\.(0|[1-9]\\d{0,14})" +
-    "(?:-(?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\\.(?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?" +
-    "(?:\\+[0-9a-zA-Z-]+(?:\\.[0-9a-zA-Z-]+)*)?$",
-);
 const STEP_ID_RE = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 const TASK_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
 const VAR_RE = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 const SIGNAL_RE = /^[A-Za-z][A-Za-z0-9_.-]{0,127}$/;
 const HTTP_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"] as const;
-/** The longest sleep, wait or timeout a definition may ask for (a year), literal or computed. */
-export const MAX_SLEEP_S = 31_536_000;
 const MAX_S = MAX_SLEEP_S;
 
 export interface ValidateOptions {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { type Problem, validateWorkflow } from "./ir.ts";
+import type { Problem } from "./ir.ts";
+import { validateWorkflow } from "./validate.ts";
 import { httpAllowed } from "./http_allow.ts";
 
 const t = (id: string, extra: Record<string, unknown> = {}) => ({

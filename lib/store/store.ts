@@ -468,3 +468,13 @@ export function decodeListCursor(cursor: string): { created_ms: number; executio
   } catch { /* reported below */ }
   throw new InvalidCursorError(cursor);
 }
+
+/** Every event of one run (paged reads). */
+export async function readRun(store: Store, runId: string): Promise<HistoryEvent[]> {
+  const out: HistoryEvent[] = [];
+  for (;;) {
+    const page = await store.readHistory(runId, out.at(-1)?.seq ?? 0, 10_000);
+    out.push(...page);
+    if (page.length < 10_000) return out;
+  }
+}

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { FencedError, type ScheduleRow, type Store } from "./store.ts";
-import { createItem } from "./store_conformance.ts";
+import { createItem } from "./conformance/fixtures.ts";
 
 /** A schedule row with test defaults. */
 export function scheduleRow(id: string, over: Partial<ScheduleRow> = {}): ScheduleRow {
