@@ -36,5 +36,5 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
 # deno.json too; it is repeated so the command means the same without the config file.
 # --v8-flags: V8's young generation capped at 8 MB a semi-space, and the old generation let grow
 # to 1.5 times what the last full collection kept (not 2-4 times), keep the heap small under
-# bursts of starts, for no loss of speed (README, "Many waiting executions").
+# bursts of starts, for no loss of speed (docs/performance-log.md, "Many waiting executions").
 CMD ["deno", "run", "-A", "--cached-only", "--frozen", "--unstable-no-legacy-abort", "--v8-flags=--max-semi-space-size=8,--heap-growing-percent=50", "main.ts", "server"]

@@ -1,6 +1,6 @@
 /**
  * `deno task chaos`: a chaos run against a fresh ORBIT deployment (see chaos/run.ts and the
- * README's "Chaos suite").
+ * docs/chaos.md).
  *
  *   deno task chaos [--mode single-sqlite|single-pg|standby|shared] [--seconds 60] [--seed N]
  *                   [--servers N] [--workers N] [--python-workers N] [--clients N]

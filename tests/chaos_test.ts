@@ -1,5 +1,5 @@
 /**
- * The chaos suite's short profile (chaos/, README "Chaos suite"), run by `deno task test`: each
+ * The chaos suite's short profile (chaos/, docs/chaos.md), run by `deno task test`: each
  * mode runs its workload under a fixed cycle of faults (targets and timings from a fixed seed)
  * and the history checker must find nothing. Single on SQLite with kills; standby with kills,
  * pauses past the node timeout and a PostgreSQL restart; shared with kills and a pause; single

@@ -6,7 +6,7 @@
  * query, cancels (compensations drawn), pauses and resumes a schedule, shows a worker id full of
  * HTML as text, shows an API error with its code, and draws a workflow's IR as a step graph.
  *
- * With ORBIT_SCREENSHOTS=docs it also writes the README's screenshots to docs/.
+ * With ORBIT_SCREENSHOTS=docs it also writes the console's screenshots (docs/operations.md, "Console") to docs/.
  * Skipped (loudly) only when /usr/bin/chromium is absent; .ci/run installs it.
  */
 import assert from "node:assert/strict";

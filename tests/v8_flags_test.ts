@@ -1,6 +1,6 @@
 /**
  * The server's V8 flags (`--max-semi-space-size=8,--heap-growing-percent=50`: see "Many waiting
- * executions" in the README) are the same in every documented way of running it, and this Deno
+ * executions" in docs/performance-log.md) are the same in every documented way of running it, and this Deno
  * accepts them: the young generation is capped and the old one grows less under churn.
  */
 import assert from "node:assert/strict";

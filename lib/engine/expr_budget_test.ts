@@ -117,7 +117,7 @@ Deno.test("a regular expression RE2 cannot run is refused at deploy, with its pa
   assert.match(problems[0]!.message, /linear-time engine/);
 });
 
-Deno.test("the budget's defaults are what the README states", () => {
+Deno.test("the budget's defaults are what docs/operations.md states (Limits)", () => {
   assert.deepEqual(DEFAULT_EXPRESSION_BUDGET, {
     timeoutMs: 1000,
     maxDepth: 2000,
