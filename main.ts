@@ -17,11 +17,11 @@ import { serveHttp } from "./lib/http_server.ts";
 import { hostPolicy } from "./routes/browsers.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./lib/cli/commands.ts";
-import { parseWorkersFile, type WorkersFile } from "./lib/workers_file.ts";
+import { parseWorkersFile, type WorkersFile } from "./lib/workers/identities.ts";
 import { settledBy } from "./lib/with_timeout.ts";
 import { configureExpressions, DEFAULT_EXPRESSION_BUDGET } from "./lib/engine/expr.ts";
-import { EXPRESSION_WORKER_NAME, WorkerSandbox } from "./lib/expr_sandbox.ts";
-import { runExpressionWorker } from "./lib/expr_worker.ts";
+import { EXPRESSION_WORKER_NAME, WorkerSandbox } from "./lib/expressions/sandbox.ts";
+import { runExpressionWorker } from "./lib/expressions/worker.ts";
 
 /**
  * How long a graceful stop (SIGTERM, Ctrl+C) waits for in-flight requests and appends before it
@@ -417,7 +417,7 @@ registerClientCommands(program);
 
 if ((globalThis as { name?: string }).name === EXPRESSION_WORKER_NAME) {
   // The bundle (and a compiled binary) has no separate worker file: the expression sandbox's
-  // workers run this module under their name (lib/expr_sandbox.ts).
+  // workers run this module under their name (lib/expressions/sandbox.ts).
   runExpressionWorker();
 } else if (import.meta.main) {
   await program.parseAsync(Deno.args, { from: "user" });

@@ -1,7 +1,7 @@
 /**
  * Shared mode: every server active on one PostgreSQL (reference page, "Shared mode (several
  * active servers)"). A strategy over the same engine and store: the engine appends with an
- * ownership fence per execution (lib/executions.ts `Ownership`, sql/postgres/shared.ts
+ * ownership fence per execution (lib/executions/executions.ts `Ownership`, sql/postgres/shared.ts
  * COMMIT_OWNED), workers use the shared queue (cluster/shared_workers.ts), and commands for
  * executions owned elsewhere go through the owner's inbox (`forward`).
  *
@@ -38,8 +38,8 @@ import type postgres from "postgres";
 import type { Command } from "../lib/engine/decide.ts";
 import type { ExecutionState } from "../lib/engine/state.ts";
 import { liveTokens, stepOfToken } from "../lib/engine/state.ts";
-import { type Ownership, type RemoteCommands, rowOf } from "../lib/executions.ts";
-import { unitOf } from "../lib/shared_changes.ts";
+import { type Ownership, type RemoteCommands, rowOf } from "../lib/executions/executions.ts";
+import { unitOf } from "../lib/executions/shared_changes.ts";
 import { OrbitError, storageError, storageFailure } from "../lib/errors.ts";
 import { log } from "../lib/log.ts";
 import { settledBy, TimeoutError, withTimeout } from "../lib/with_timeout.ts";
@@ -48,7 +48,7 @@ import { openStore } from "../lib/store/open.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { WatchedClient } from "../lib/store/watched_client.ts";
 import { type ExecutionRow, InboxGoneError, type Store } from "../lib/store/store.ts";
-import type { EagerSession, TaskPayload } from "../lib/worker_sessions.ts";
+import type { EagerSession, TaskPayload } from "../lib/workers/sessions.ts";
 
 import * as q from "../sql/postgres/shared.ts";
 import type { ClusterView } from "../lib/cluster_view.ts";
@@ -1181,7 +1181,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
       }
       // Owned here (the inbox join says so) but perhaps not in memory: load it first.
       if (!(await ex.loadOwned(e.execution_id))) return;
-      // A claim offers one unit (a queued row, lib/shared_changes.ts). A row queued before the
+      // A claim offers one unit (a queued row, lib/executions/shared_changes.ts). A row queued before the
       // attempt turned uncertain is not the unit the step waits for now: its worker was told
       // `redelivery: false`, so the offer is refused (the worker hears cancel) and the current
       // unit's row goes out with the flag the dispatch records.

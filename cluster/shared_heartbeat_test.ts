@@ -1,6 +1,6 @@
 /**
  * Shared mode's heartbeat, in process on a real PostgreSQL: what a worker is told to cancel
- * (SPEC §4: `{cancel:[tokens]}`, each once), as on one server (lib/worker_sessions.ts).
+ * (SPEC §4: `{cancel:[tokens]}`, each once), as on one server (lib/workers/sessions.ts).
  */
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";

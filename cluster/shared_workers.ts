@@ -11,7 +11,7 @@
  *   learns that a session it caches was removed elsewhere from its contact write (the row is
  *   not there to update) or from the owners' read of contacts, and forgets it (#forget).
  *   Tasks live in `orbit_tasks`, queued by their owner in the transaction of StepScheduled
- *   (lib/shared_changes.ts). A poll claims the oldest rows the session serves in one
+ *   (lib/executions/shared_changes.ts). A poll claims the oldest rows the session serves in one
  *   statement, those of executions owned here first unless a row owned elsewhere waited
  *   OWN_TASK_HEAD_START_MS longer (sql/postgres/shared.ts, claimTasks); for executions owned
  *   here it then records StepDispatched itself, for the others the claim wrote a
@@ -37,7 +37,11 @@ import {
   stepOfToken,
   type StepState,
 } from "../lib/engine/state.ts";
-import { executionOfToken, type Executions, type StartOffer } from "../lib/executions.ts";
+import {
+  executionOfToken,
+  type Executions,
+  type StartOffer,
+} from "../lib/executions/executions.ts";
 import { notFound } from "../lib/errors.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import { log } from "../lib/log.ts";
@@ -55,10 +59,10 @@ import {
   type TokenHolder,
   undelivered,
   type WorkerService,
-} from "../lib/workers.ts";
+} from "../lib/workers/dispatcher.ts";
 import * as q from "../sql/postgres/shared.ts";
-import { OWN_TASK_HEAD_START_MS, unitOf } from "../lib/shared_changes.ts";
-import { MemoryTaskQueue } from "../lib/task_queue.ts";
+import { OWN_TASK_HEAD_START_MS, unitOf } from "../lib/executions/shared_changes.ts";
+import { MemoryTaskQueue } from "../lib/workers/queue.ts";
 import { withTimeout } from "../lib/with_timeout.ts";
 
 const CONTACT_FLUSH_MS = 250;

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { SharedWorkers, type SharedWorkersOptions } from "./shared_workers.ts";
 import type postgres from "postgres";
-import type { Executions } from "../lib/executions.ts";
+import type { Executions } from "../lib/executions/executions.ts";
 import { Metrics } from "../lib/metrics.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { migratedDatabase } from "../tests/support/pg.ts";

@@ -2,7 +2,7 @@
  * Standby mode, in process on a real PostgreSQL: a leader past its lease (paused, or its
  * election session lost, and it has not noticed yet) may have been replaced and its executions
  * moved on by a successor; its memory then answers no query or `/pending` (they replay the
- * history, lib/executions.ts currentStateOf), as in shared mode past the node timeout.
+ * history, lib/executions/executions.ts currentStateOf), as in shared mode past the node timeout.
  */
 import assert from "node:assert/strict";
 import { StandbyNode } from "./node.ts";

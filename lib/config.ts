@@ -3,9 +3,9 @@
  * checked with zod into one typed object. Every message names the option and what it needs.
  */
 import { z } from "zod";
-import { DEFAULT_CACHE_EXECUTIONS } from "./execution_cache.ts";
+import { DEFAULT_CACHE_EXECUTIONS } from "./executions/cache.ts";
 import { DEFAULT_EXPRESSION_BUDGET } from "./engine/expr.ts";
-import { type ChildLimitOptions, DEFAULT_CHILD_LIMITS } from "./children.ts";
+import { type ChildLimitOptions, DEFAULT_CHILD_LIMITS } from "./steps/children.ts";
 
 export interface ServerConfig {
   db: string;
@@ -18,7 +18,7 @@ export interface ServerConfig {
   tlsKey: string | null;
   sessionTimeoutMs: number;
   maxActiveExecutions: number | null;
-  /** Executions held in memory beyond which idle ones leave it (lib/execution_cache.ts). */
+  /** Executions held in memory beyond which idle ones leave it (lib/executions/cache.ts). */
   cacheExecutions: number;
   /** `--max-child-depth`, `--max-children-per-execution`, `--max-descendants`. */
   childLimits: ChildLimitOptions;

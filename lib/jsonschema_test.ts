@@ -13,7 +13,9 @@ Deno.test("a backtracking pattern in a schema answers in linear time", () => {
   const ms = performance.now() - t;
   assert.equal(problems.length, 1);
   assert.match(problems[0]!.message, /must match pattern/);
-  assert.ok(ms < 1_000, `took ${ms} ms`);
+  // A backtracking engine takes 2^10000 steps (never ends); RE2 a few ms. The bound is loose
+  // so that a loaded machine cannot fail it.
+  assert.ok(ms < 15_000, `took ${ms} ms`);
   assert.deepEqual(validateAgainst(schema, "aaaa"), []);
 });
 
@@ -26,7 +28,7 @@ Deno.test("patternProperties run on RE2 too", () => {
   assert.equal(validateAgainst(schema, { xxy: "no" }).length, 1);
   const t = performance.now();
   assert.deepEqual(validateAgainst(schema, { ["x".repeat(10_000)]: "skipped" }), []);
-  assert.ok(performance.now() - t < 1_000);
+  assert.ok(performance.now() - t < 15_000);
 });
 
 Deno.test("a schema pattern RE2 cannot run is refused at deploy with its path", () => {

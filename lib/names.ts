@@ -5,8 +5,8 @@
  * sequence recolours a terminal), a format character (U+202E and the other bidirectional
  * controls reorder the text around them, zero-width characters hide), or a line or paragraph
  * separator (U+2028, U+2029). Execution ids, workflow names, schedule ids, step ids and signal
- * names are plain ASCII already (their patterns in lib/engine/validate.ts, lib/executions.ts,
- * lib/schedules.ts).
+ * names are plain ASCII already (their patterns in lib/engine/validate.ts, lib/executions/executions.ts,
+ * lib/schedules/schedules.ts).
  */
 import { z } from "zod";
 

@@ -2,17 +2,17 @@
  * Composition of one server's engine: store, group committer, definitions, executions,
  * workers and the scheduler. `main.ts` opens it, recovers history, and hands it to the routes.
  */
-import { GroupCommitter } from "./committer.ts";
+import { GroupCommitter } from "./executions/committer.ts";
 import { Definitions } from "./definitions.ts";
-import { ExecutionReads } from "./reads.ts";
-import { type Clock, Executions, type Ownership } from "./executions.ts";
+import { ExecutionReads } from "./executions/reads.ts";
+import { type Clock, Executions, type Ownership } from "./executions/executions.ts";
 import { Metrics } from "./metrics.ts";
 import type { Store } from "./store/store.ts";
-import { Workers, type WorkerService } from "./workers.ts";
-import { HttpAdapter } from "./http_adapter.ts";
-import { type ChildLimitOptions, Children, DEFAULT_CHILD_LIMITS } from "./children.ts";
-import { Scheduler } from "./scheduler.ts";
-import { ScheduleService } from "./schedule_service.ts";
+import { Workers, type WorkerService } from "./workers/dispatcher.ts";
+import { HttpAdapter } from "./steps/http.ts";
+import { type ChildLimitOptions, Children, DEFAULT_CHILD_LIMITS } from "./steps/children.ts";
+import { Scheduler } from "./schedules/scheduler.ts";
+import { ScheduleService } from "./schedules/service.ts";
 import { SUPPORTED_IR } from "./engine/ir.ts";
 import { API_VERSION, RUNTIME_VERSION } from "./version.ts";
 import { log } from "./log.ts";

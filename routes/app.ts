@@ -12,7 +12,7 @@ import { timingSafeEqual } from "hono/utils/buffer";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { OrbitError, storageFailure } from "../lib/errors.ts";
 import type { Runtime } from "../lib/runtime.ts";
-import type { WorkersFile } from "../lib/workers_file.ts";
+import type { WorkersFile } from "../lib/workers/identities.ts";
 import { clusterGate, type GateView } from "./gate.ts";
 import { log } from "../lib/log.ts";
 import { metricsRoutes, systemRoutes } from "./system.ts";

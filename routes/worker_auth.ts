@@ -1,5 +1,5 @@
 /**
- * Worker identities on the HTTP API, when the server has a workers file (`lib/workers_file.ts`).
+ * Worker identities on the HTTP API, when the server has a workers file (`lib/workers/identities.ts`).
  *
  * - The worker protocol routes (WORKER_ROUTES) take a worker's own token and nothing else: no
  *   token or an unknown one is 401 UNAUTHORIZED, the client token 403 WORKER_TOKEN_REQUIRED.
@@ -23,9 +23,9 @@ import { timingSafeEqual } from "node:crypto";
 import type { z } from "zod";
 import { OrbitError } from "../lib/errors.ts";
 import { stepOfToken } from "../lib/engine/state.ts";
-import { executionOfToken } from "../lib/executions.ts";
+import { executionOfToken } from "../lib/executions/executions.ts";
 import type { Runtime } from "../lib/runtime.ts";
-import type { TokenHolder } from "../lib/workers.ts";
+import type { TokenHolder } from "../lib/workers/dispatcher.ts";
 import {
   deniedTasks,
   describeTasks,
@@ -34,7 +34,7 @@ import {
   tokenDigest,
   type WorkerIdentity,
   type WorkersFile,
-} from "../lib/workers_file.ts";
+} from "../lib/workers/identities.ts";
 import { heartbeatSchema, pollSchema, registerSchema, unregisterSchema } from "./workers.ts";
 import { completeSchema, failSchema } from "./tasks.ts";
 import { bodyText } from "./util.ts";

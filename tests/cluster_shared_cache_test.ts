@@ -1,5 +1,5 @@
 /**
- * Shared mode with bounded memory (`--cache-executions`, lib/execution_cache.ts): an owned
+ * Shared mode with bounded memory (`--cache-executions`, lib/executions/cache.ts): an owned
  * execution that only waits leaves its owner's memory past the cap, as on one server, and
  * whatever reaches it later loads it from history on its owner — a signal through the owner or
  * through another server (the inbox), a timer coming due (the owner's wake-up poll lists only

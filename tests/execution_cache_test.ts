@@ -1,5 +1,5 @@
 /**
- * Bounded memory (`--cache-executions`, lib/execution_cache.ts): executions that only wait
+ * Bounded memory (`--cache-executions`, lib/executions/cache.ts): executions that only wait
  * leave memory and come back from history for whatever happens to them — a signal, a query, a
  * wait, a cancel, a start of their id; a restart loads only executions with work due, and a
  * timer is found from the store (`wake_at_ms`), not from memory.

@@ -5,7 +5,7 @@
  *
  * Each case answers a clear 4xx at deploy or start, or fails its one execution with a clear code
  * (EXPRESSION_LIMIT, EXPRESSION_ERROR), while the server keeps answering (JSONata runs in the
- * server's expression sandbox, lib/expr_sandbox.ts, not on its event loop). After every case: the
+ * server's expression sandbox, lib/expressions/sandbox.ts, not on its event loop). After every case: the
  * server answers /v1/health within 100 ms, and two witnesses started before the first case (one
  * completed, one waiting for a signal) read exactly as before, history included. One case kills
  * the server while a looping expression waits behind a timer and checks that the restarted

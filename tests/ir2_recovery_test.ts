@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
 import type { Store } from "../lib/store/store.ts";
-import { sendSignal } from "../lib/signals.ts";
+import { sendSignal } from "../lib/executions/signals.ts";
 import { api, startServer, waitFor } from "./support/server.ts";
 import { testEachStore } from "./support/stores.ts";
 

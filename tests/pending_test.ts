@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { api, MAIN, type ServerProcess, startServer, tempDir, waitFor } from "./support/server.ts";
-import { pendingOf } from "../lib/pending.ts";
+import { pendingOf } from "../lib/executions/pending.ts";
 import { Runtime } from "../lib/runtime.ts";
 import { openSqliteStore } from "../lib/store/sqlite.ts";
 

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";
-import { sendSignal } from "../lib/signals.ts";
+import { sendSignal } from "../lib/executions/signals.ts";
 import { readRun } from "../lib/store/store.ts";
 import type { AppendItem, ExecutionRow } from "../lib/store/store.ts";
 import { waitFor } from "./support/server.ts";

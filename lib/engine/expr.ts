@@ -127,7 +127,7 @@ export const DEFAULT_EXPRESSION_BUDGET: Readonly<ExpressionBudget> = {
 };
 
 /**
- * Where JSONata runs: a sandbox the server injects (lib/expr_sandbox.ts: worker threads with a
+ * Where JSONata runs: a sandbox the server injects (lib/expressions/sandbox.ts: worker threads with a
  * hard deadline, since one call of a built-in such as `$distinct` over a large array runs
  * without ever reaching JSONata's guards), or in this thread when none is set (tests, tools).
  * Either way the same evaluateJsonata runs the expression; the sandbox answers its result or

@@ -2,7 +2,7 @@
  * The expression budget (issue 37): an expression that never ends, recurses without end, builds
  * huge sequences or results, or backtracks in a regular expression fails with
  * ExpressionLimitError (EXPRESSION_LIMIT) in bounded time. (What JSONata's guards cannot stop,
- * one long call of a built-in, the sandbox's deadline stops: lib/expr_sandbox_test.ts.)
+ * one long call of a built-in, the sandbox's deadline stops: lib/expressions/sandbox_test.ts.)
  */
 import assert from "node:assert/strict";
 import {

@@ -14,7 +14,7 @@ import {
   type SharedAppend,
   type Store,
 } from "./store.ts";
-import { appendItem, createItem } from "./store_conformance.ts";
+import { appendItem, createItem } from "./conformance/suite.ts";
 import {
   claimTasks,
   COMMIT_OWNED,

@@ -4,7 +4,7 @@ import { sharedPostgres } from "../../tests/support/pg.ts";
 import { isTransientPostgresError, openPostgresStore } from "./postgres.ts";
 import { FencedError, type Store } from "./store.ts";
 import { startFaultProxy } from "../../chaos/fault_proxy.ts";
-import { appendItem, createItem, runStoreConformance } from "./store_conformance.ts";
+import { appendItem, createItem, runStoreConformance } from "./conformance/suite.ts";
 
 const urls = new WeakMap<Store, string>();
 

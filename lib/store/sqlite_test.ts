@@ -4,7 +4,7 @@ import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/sqlite/migrations
 import { INSERT_EVENT, PRAGMAS, READ_HISTORY } from "../../sql/sqlite/queries.ts";
 import { openSqliteStore } from "./sqlite.ts";
 import type { Store } from "./store.ts";
-import { appendItem, createItem, runStoreConformance } from "./store_conformance.ts";
+import { appendItem, createItem, runStoreConformance } from "./conformance/suite.ts";
 
 const dir = Deno.makeTempDirSync({ prefix: "orbit-sqlite-test-" });
 globalThis.addEventListener("unload", () => Deno.removeSync(dir, { recursive: true }));

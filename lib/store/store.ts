@@ -213,7 +213,7 @@ export function termFencedError(held: number, current: number | null): FencedErr
 }
 
 /**
- * A row of `orbit_schedules`. `spec` is the schedule's definition as `lib/schedules.ts` writes
+ * A row of `orbit_schedules`. `spec` is the schedule's definition as `lib/schedules/schedules.ts` writes
  * it (everything of the SPEC §6 object but `schedule_id` and `paused`, which are columns).
  * Who moves what: the schedule service writes spec, workflow and paused (and next_fire_ms when
  * the timing changes); the scheduler writes claims, counts, buffered_ms, last_fired_ms and
