@@ -140,7 +140,7 @@ fn traced<In, Out>(
 ) -> Task<In, Out>
 where
     In: DeserializeOwned + 'static,
-    Out: Serialize + DeserializeOwned + 'static,
+    Out: Serialize + 'static,
 {
     let trace = std::env::var("ORDER_TRACE").as_deref() == Ok("1");
     Task::new(name, "1", move |input: In, a: &Attempt| {

@@ -117,7 +117,7 @@ impl std::error::Error for ConnectionError {}
 #[derive(Debug)]
 pub enum Error {
     /// A non-2xx answer, with the API's code.
-    Api(ApiError),
+    Api(Box<ApiError>),
     /// The runtime could not be reached.
     Connection(ConnectionError),
     /// `Client::result` found the execution failed, cancelled, timed out or still running.
@@ -185,7 +185,7 @@ impl std::error::Error for Error {}
 
 impl From<ApiError> for Error {
     fn from(e: ApiError) -> Self {
-        Error::Api(e)
+        Error::Api(Box::new(e))
     }
 }
 

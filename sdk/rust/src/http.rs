@@ -231,9 +231,7 @@ impl Transport {
         };
         let a = self.send(method, path, data.as_deref(), timeout, cancel)?;
         if !(200..300).contains(&a.status) {
-            return Err(Error::Api(ApiError::from_answer(
-                a.status, &a.body, method, path,
-            )));
+            return Err(ApiError::from_answer(a.status, &a.body, method, path).into());
         }
         let bytes: &[u8] = if a.body.iter().all(u8::is_ascii_whitespace) {
             b"null"
@@ -241,7 +239,7 @@ impl Transport {
             &a.body
         };
         serde_json::from_slice(bytes).map_err(|e| {
-            Error::Api(ApiError {
+            Error::from(ApiError {
                 status: a.status,
                 code: codes::INVALID_RESPONSE.into(),
                 message: format!(

@@ -135,7 +135,7 @@ impl<In, Out> Clone for Task<In, Out> {
 impl<In, Out> Task<In, Out>
 where
     In: DeserializeOwned + 'static,
-    Out: Serialize + DeserializeOwned + 'static,
+    Out: Serialize + 'static,
 {
     /// A typed task.
     pub fn new(
@@ -188,16 +188,6 @@ where
         Ok(x)
     }
 
-    /// Decodes and checks a value as this task's output.
-    pub fn parse_output(&self, v: Value) -> Result<Out, Error> {
-        let x: Out = serde_json::from_value(v)
-            .map_err(|e| Error::Validation(format!("{} output: {}", self.name, e)))?;
-        if let Some(c) = &self.check_out {
-            c(&x).map_err(|e| Error::Validation(format!("{} output: {}", self.name, e)))?;
-        }
-        Ok(x)
-    }
-
     /// The task as a worker takes it.
     pub fn boxed(self) -> Arc<dyn TaskDefinition>
     where
@@ -208,10 +198,26 @@ where
     }
 }
 
-impl<In, Out> TaskDefinition for Task<In, Out>
+impl<In, Out> Task<In, Out>
 where
     In: DeserializeOwned + 'static,
     Out: Serialize + DeserializeOwned + 'static,
+{
+    /// Decodes and checks a value as this task's output.
+    pub fn parse_output(&self, v: Value) -> Result<Out, Error> {
+        let x: Out = serde_json::from_value(v)
+            .map_err(|e| Error::Validation(format!("{} output: {}", self.name, e)))?;
+        if let Some(c) = &self.check_out {
+            c(&x).map_err(|e| Error::Validation(format!("{} output: {}", self.name, e)))?;
+        }
+        Ok(x)
+    }
+}
+
+impl<In, Out> TaskDefinition for Task<In, Out>
+where
+    In: DeserializeOwned + 'static,
+    Out: Serialize + 'static,
 {
     fn name(&self) -> &str {
         &self.name

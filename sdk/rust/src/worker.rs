@@ -547,7 +547,7 @@ impl Inner {
                 )
                 .and_then(|a| {
                     if a.session_id.is_empty() {
-                        Err(Error::Api(ApiError {
+                        Err(Error::from(ApiError {
                             status: 200,
                             code: crate::error::codes::INVALID_RESPONSE.into(),
                             message: "register answered without a session_id".into(),
