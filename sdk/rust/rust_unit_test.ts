@@ -53,6 +53,6 @@ Deno.test({
     const test = await cargo(["test", "--offline"]);
     assert.ok(test.ok, `cargo test failed:\n${test.text}`);
     assert.doesNotMatch(test.text, /test result: FAILED/, test.text);
-    assert.match(test.text, /test result: ok\. 11 passed/, test.text);
+    assert.match(test.text, /test result: ok\. \d+ passed/, test.text);
   },
 });

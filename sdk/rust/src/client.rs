@@ -217,7 +217,7 @@ impl Client {
             let wait_s = match deadline {
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
-                    ((left.as_millis() + 999) / 1000).min(300) as u64
+                    left.as_millis().div_ceil(1000).min(300) as u64
                 }
                 None => 300,
             };
@@ -230,7 +230,7 @@ impl Client {
                 ),
                 Duration::from_secs(wait_s) + self.opts.request_timeout,
             )?;
-            if x.is_terminal() || deadline.map_or(false, |d| Instant::now() >= d) {
+            if x.is_terminal() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(x);
             }
             // The runtime answered early without a final status: do not spin.

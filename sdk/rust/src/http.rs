@@ -134,7 +134,7 @@ impl Transport {
         timeout: Duration,
         cancel: Option<&CancelToken>,
     ) -> Result<Answer, Error> {
-        if cancel.map_or(false, |c| c.is_cancelled()) {
+        if cancel.is_some_and(|c| c.is_cancelled()) {
             return Err(Error::Cancelled);
         }
         let mut head = format!(
@@ -193,9 +193,15 @@ impl Transport {
                     }
                     return Ok(answer);
                 }
-                // A kept-alive connection the server closed just now: once more on a new one.
-                Err((e, false)) if was_reused => {
-                    let _ = e;
+                // A kept-alive connection the server closed just now (nothing of an answer read,
+                // no timeout): once more on a new one.
+                Err((e, false))
+                    if was_reused
+                        && !matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) =>
+                {
                     continue;
                 }
                 Err((e, _)) => {

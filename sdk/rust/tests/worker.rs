@@ -134,9 +134,7 @@ fn reports_failures_with_their_codes() {
                 Some("task") => Err(TaskError::fail("CARD_DECLINED", "declined")
                     .with_details(json!({ "x": 1 }))
                     .into()),
-                Some("io") => {
-                    Err(std::io::Error::new(std::io::ErrorKind::Other, "disk full").into())
-                }
+                Some("io") => Err(std::io::Error::other("disk full").into()),
                 _ => panic!("boom"),
             }
         },
@@ -183,7 +181,14 @@ fn retries_not_leader_and_server_errors_with_backoff() {
     f.inject("/v1/workers/register", &[503, 500, 502, 503]);
     f.inject("/v1/tasks/complete", &[503, 500]);
     let token = f.enqueue("t.double", json!({ "n": 21 }));
-    let w = Worker::new(options(&f, vec![double()], 1)).unwrap();
+    let mut o = options(&f, vec![double()], 1);
+    // Delays of 50, 100, 200, 400 ms: long enough to tell apart on a loaded machine.
+    o.backoff = Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_secs(1),
+        ..Backoff::default()
+    };
+    let w = Worker::new(o).unwrap();
     w.start().unwrap();
     f.wait_until("the result, after two refusals", |st| st.results.len() == 1);
     w.stop(Duration::from_secs(5)).unwrap();
@@ -192,12 +197,12 @@ fn retries_not_leader_and_server_errors_with_backoff() {
         let at = &st.register_attempts;
         let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(
-            gaps[0] >= Duration::from_millis(20),
+            gaps[0] >= Duration::from_millis(50),
             "retried without a pause: {:?}",
             gaps
         );
         assert!(
-            gaps[2] > gaps[0].mul_f64(1.5),
+            gaps[3] > gaps[0].mul_f64(2.0),
             "the delays do not grow: {:?}",
             gaps
         );
