@@ -1,8 +1,10 @@
 /**
  * Runs the Rust SDK's own checks as part of `deno task test`, so CI runs them: `cargo fmt
- * --check` finds nothing, `cargo clippy` has no warning (where rustfmt and clippy are installed)
- * and `cargo test` passes (offline, against Debian's vendored serde crates). Skipped, loudly,
- * where cargo or those crates are not installed; CI installs the crates (.ci/run).
+ * --check` finds nothing (where rustfmt is installed) and `cargo test` passes (offline, against
+ * Debian's vendored serde crates). `cargo clippy -D warnings` runs too with ORBIT_RUST_CLIPPY=1:
+ * it compiles every dependency again in check mode (about 17 s of CPU), too slow for every run
+ * of the suite. Skipped, loudly, where cargo or the crates are not installed; CI installs the
+ * crates (.ci/run).
  */
 import assert from "node:assert/strict";
 import { cargoCommand, rustMissing } from "../../tests/conformance/sdks.ts";
@@ -35,7 +37,7 @@ async function has(sub: string): Promise<boolean> {
 }
 
 Deno.test({
-  name: "Rust SDK: cargo fmt, cargo clippy and the cargo test suite pass",
+  name: "Rust SDK: cargo fmt and the cargo test suite pass (and clippy, with ORBIT_RUST_CLIPPY=1)",
   ignore: missing !== null,
   fn: async () => {
     if (await has("fmt")) {
@@ -44,7 +46,9 @@ Deno.test({
     } else {
       console.warn("!!! cargo fmt is not installed: not checked");
     }
-    if (await has("clippy")) {
+    if (Deno.env.get("ORBIT_RUST_CLIPPY") !== "1") {
+      // opt-in: see above
+    } else if (await has("clippy")) {
       const clippy = await cargo(["clippy", "--offline", "--all-targets", "--", "-D", "warnings"]);
       assert.ok(clippy.ok, `cargo clippy found:\n${clippy.text}`);
     } else {
