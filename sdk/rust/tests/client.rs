@@ -157,3 +157,35 @@ fn reports_an_unreachable_server_as_a_connection_error() {
         .to_string()
         .starts_with("cannot reach ORBIT runtime at http://127.0.0.1:"));
 }
+
+/// A server that answers one request per connection and then closes it, without saying so
+/// (`connection: close` missing): the client's kept-alive connection is found closed and the
+/// next request goes on a new one.
+#[test]
+fn a_kept_alive_connection_the_server_closed_is_replaced() {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().flatten().enumerate() {
+            let mut r = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let body = format!("{{\"n\":{}}}", n);
+            let mut w = conn;
+            let _ = write!(
+                w,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{}",
+                body.len(),
+                body
+            );
+            // dropped: closed
+        }
+    });
+    let c = Client::new(&url, ClientOptions::default()).unwrap();
+    assert_eq!(c.health().unwrap()["n"], 0);
+    assert_eq!(c.health().unwrap()["n"], 1);
+    assert_eq!(c.health().unwrap()["n"], 2);
+}

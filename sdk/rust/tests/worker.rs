@@ -387,3 +387,32 @@ fn backoff_grows_to_its_maximum_with_jitter() {
         );
     }
 }
+
+#[test]
+fn a_handler_past_its_deadline_is_cancelled_and_reported_as_deadline_exceeded() {
+    let f = FakeServer::start();
+    let hold = Task::new(
+        "t.hold",
+        "1",
+        |_: Value, a: &Attempt| -> orbit::HandlerResult<Value> {
+            assert!(a.deadline.is_some());
+            a.cancel_token().wait();
+            Err(a.cancelled_error())
+        },
+    )
+    .boxed();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let token = f.enqueue_with_deadline("t.hold", json!({}), json!(now_ms + 200));
+    let w = Worker::new(options(&f, vec![hold], 1)).unwrap();
+    w.start().unwrap();
+    f.wait_until("the result", |st| st.results.len() == 1);
+    w.stop(Duration::from_secs(5)).unwrap();
+    let e = result_of(&f, &token)["error"].clone();
+    assert_eq!(
+        (e["code"].as_str(), e["retryable"].as_bool()),
+        (Some("DEADLINE_EXCEEDED"), Some(true))
+    );
+}

@@ -62,6 +62,11 @@ impl FakeServer {
     }
 
     pub fn enqueue(&self, task: &str, input: Value) -> String {
+        self.enqueue_with_deadline(task, input, Value::Null)
+    }
+
+    /// A task whose attempt has a deadline (`deadline_ms`: epoch milliseconds).
+    pub fn enqueue_with_deadline(&self, task: &str, input: Value, deadline_ms: Value) -> String {
         self.with(|st| {
             st.next_id += 1;
             let n = st.next_id;
@@ -69,7 +74,7 @@ impl FakeServer {
             st.queue.push_back(json!({
                 "token": token, "execution_id": format!("x-{}", n), "step": "s", "attempt": 1,
                 "task": task, "contract": "1", "input": input, "idempotency_key": format!("k-{}", token),
-                "redelivery": false, "deadline_ms": null,
+                "redelivery": false, "deadline_ms": deadline_ms,
             }));
             token
         })
