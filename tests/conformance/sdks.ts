@@ -65,6 +65,96 @@ async function goBuild(dir: string, pkg: string, name: string): Promise<string> 
 
 let goProgram: Promise<string> | null = null;
 
+/** Where Debian's vendored crates live (librust-*-dev), the crate source of `sdk/rust`. */
+const DEBIAN_CRATES = "/usr/share/cargo/registry";
+
+/**
+ * `cargo` and its environment: found on PATH or in `~/.cargo/bin` (rustup's, also where HOME is
+ * not set: then root's), with CARGO_HOME and RUSTUP_HOME named explicitly, and one target
+ * directory that the conformance build, the unit tests and the example's test share. Null when
+ * Rust is not installed.
+ */
+export async function cargoCommand(): Promise<
+  { cargo: string; env: Record<string, string> } | null
+> {
+  const home = Deno.env.get("HOME") || "/root";
+  const env: Record<string, string> = {
+    CARGO_TARGET_DIR: `${ROOT}sdk/rust/target`,
+    CARGO_NET_OFFLINE: "true",
+  };
+  for (const cargo of ["cargo", `${home}/.cargo/bin/cargo`, "/root/.cargo/bin/cargo"]) {
+    if (cargo.includes("/.cargo/bin/")) {
+      const base = cargo.slice(0, cargo.indexOf("/.cargo/bin/"));
+      if (!Deno.env.get("CARGO_HOME")) env.CARGO_HOME = `${base}/.cargo`;
+      if (!Deno.env.get("RUSTUP_HOME")) env.RUSTUP_HOME = `${base}/.rustup`;
+    } else if (!Deno.env.get("HOME")) {
+      if (!Deno.env.get("CARGO_HOME")) env.CARGO_HOME = "/root/.cargo";
+      if (!Deno.env.get("RUSTUP_HOME")) env.RUSTUP_HOME = "/root/.rustup";
+    }
+    try {
+      const out = await new Deno.Command(cargo, {
+        args: ["--version"],
+        env,
+        stdout: "null",
+        stderr: "null",
+      }).output();
+      if (out.success) return { cargo, env };
+    } catch { /* not there */ }
+    delete env.CARGO_HOME;
+    delete env.RUSTUP_HOME;
+  }
+  return null;
+}
+
+/**
+ * Why the Rust SDK cannot be built here, or null: cargo is missing, or Debian's serde crates
+ * are (the crate builds offline against them, sdk/rust/.cargo/config.toml).
+ */
+export async function rustMissing(): Promise<string | null> {
+  if (!(await cargoCommand())) {
+    return "cargo is not installed (rustup, or Debian: apt-get install cargo)";
+  }
+  let names: string[] = [];
+  try {
+    for await (const e of Deno.readDir(DEBIAN_CRATES)) names.push(e.name);
+  } catch {
+    names = [];
+  }
+  for (const crate of ["serde_json-", "serde_derive-"]) {
+    if (!names.some((n) => n.startsWith(crate))) {
+      return `Debian's Rust crates are not installed (${DEBIAN_CRATES} has no ${
+        crate.slice(0, -1)
+      }; ` +
+        "apt-get install librust-serde-json-dev librust-serde-derive-dev)";
+    }
+  }
+  return null;
+}
+
+/** `cargo build` of one target of sdk/rust, once per test process, copied out of the target dir. */
+async function cargoBuild(dir: string, target: string, name: string): Promise<string> {
+  const missing = await rustMissing();
+  if (missing) throw new MissingToolchain(missing);
+  const { cargo, env } = (await cargoCommand())!;
+  const r = await new Deno.Command(cargo, {
+    args: ["build", "--offline", "--quiet", ...target.split(" ")],
+    cwd: dir,
+    env,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!r.success) {
+    throw new Error(`cargo build ${target} failed:\n${new TextDecoder().decode(r.stderr)}`);
+  }
+  const built = `${env.CARGO_TARGET_DIR}/debug/${target.split(" ").pop()}`;
+  const out = `${await Deno.makeTempDir({ prefix: "orbit-conformance-" })}/${name}`;
+  await Deno.copyFile(built, out);
+  await Deno.chmod(out, 0o755);
+  return out;
+}
+
+let rustProgram: Promise<string> | null = null;
+
 export const SDKS: Sdk[] = [
   {
     name: "typescript",
@@ -93,6 +183,14 @@ export const SDKS: Sdk[] = [
     prepare: async () => {
       goProgram ??= goBuild(`${ROOT}sdk/go`, "./cmd/conformance", "conformance-go");
       return [await goProgram];
+    },
+  },
+  {
+    name: "rust",
+    runtime: "rust",
+    prepare: async () => {
+      rustProgram ??= cargoBuild(`${ROOT}sdk/rust`, "--bin conformance", "conformance-rust");
+      return [await rustProgram];
     },
   },
 ];
