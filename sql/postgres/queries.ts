@@ -236,8 +236,8 @@ export const COUNT_RUNNING =
 export const GET_TERM = "SELECT term FROM orbit_cluster WHERE id = 1";
 
 // ---------------------------------------------------------------------------------------------
-// orbit_schedules (lib/scheduler.ts is the only writer of claims, counts and next_fire_ms
-// advances; lib/schedule_service.ts writes definitions).
+// orbit_schedules (lib/schedules/scheduler.ts is the only writer of claims, counts and next_fire_ms
+// advances; lib/schedules/service.ts writes definitions).
 
 const SCHEDULE_COLUMNS = `schedule_id, spec, workflow, next_fire_ms, paused, fired, skipped,
   claimed_by, claimed_until_ms, created_ms, updated_ms, buffered_ms, last_fired_ms`;

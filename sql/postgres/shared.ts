@@ -588,7 +588,7 @@ LEFT JOIN orbit_nodes n ON n.node_id = o.node_id WHERE o.execution_id = $1`;
 
 /**
  * Whether executions a node just took over or resumed must be in memory (\`--cache-executions\`):
- * their status and next wake-up (lib/execution_cache.ts \`wakeAt\`). Params: $1 ids.
+ * their status and next wake-up (lib/executions/cache.ts \`wakeAt\`). Params: $1 ids.
  */
 export const WAKE_OF = `
 SELECT execution_id, status, wake_at_ms FROM workflow_executions

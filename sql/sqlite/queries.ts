@@ -203,8 +203,8 @@ export const COUNT_RUNNING =
   "SELECT count(*) AS n FROM workflow_executions WHERE status = 'running'";
 
 // ---------------------------------------------------------------------------------------------
-// orbit_schedules (lib/scheduler.ts is the only writer of claims, counts and next_fire_ms
-// advances; lib/schedule_service.ts writes definitions). `paused` is 0 or 1; `spec` is JSON.
+// orbit_schedules (lib/schedules/scheduler.ts is the only writer of claims, counts and next_fire_ms
+// advances; lib/schedules/service.ts writes definitions). `paused` is 0 or 1; `spec` is JSON.
 
 const SCHEDULE_COLUMNS = `schedule_id, spec, workflow, next_fire_ms, paused, fired, skipped,
   claimed_by, claimed_until_ms, created_ms, updated_ms, buffered_ms, last_fired_ms`;
