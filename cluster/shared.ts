@@ -429,6 +429,17 @@ export class SharedNode implements ClusterView, RemoteCommands {
         return o ? { node_id: o.node_id, epoch: Number(o.epoch), instance: o.instance } : null;
       },
       reclaim: (execId) => this.#reclaim(execId),
+      staleClaims: async (units, before) => {
+        const rows = await this.#sql("req")<
+          { execution_id: string; unit: string; token: string }
+        >(q.STALE_CLAIMS, [units.map((u) => u.unit), before]);
+        return rows;
+      },
+      requeue: async (token) => {
+        const r = await this.#sql("req")(q.REQUEUE_STALE_CLAIM, [token]);
+        if (r.length > 0) this.#workers?.requeued();
+        return r.length > 0;
+      },
       replaced: () => this.#checkReplaced(),
       listWaking: async (before, after, limit) => {
         const rows = await this.#sql("req")<
@@ -595,6 +606,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#tick = setInterval(() => this.#onTick(), TICK_MS);
     await this.#rt!.start();
     this.#rt!.executions.startCache();
+    this.#rt!.executions.startAudit();
     this.#resumed = true;
     log.shared.info("shared: node is serving", {
       node_id: this.opts.nodeId,

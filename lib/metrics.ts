@@ -104,6 +104,14 @@ export class Metrics {
     "orbit_executions_loaded_total",
     "Running executions rebuilt from history into memory (at start, at a takeover, on demand).",
   );
+  readonly memoryBehindHistory = new Counter(
+    "orbit_memory_behind_history_total",
+    "Executions whose memory missed a landed commit, found by the audit and rebuilt from history.",
+  );
+  readonly staleClaimsRequeued = new Counter(
+    "orbit_stale_claims_requeued_total",
+    "Shared mode: claimed tasks whose dispatch the owner never recorded, put back on the queue.",
+  );
   readonly commandsForwarded = new Counter(
     "orbit_commands_forwarded_total",
     "Shared mode: commands sent to the inbox of the node that owns the execution, by kind.",
@@ -139,6 +147,8 @@ export class Metrics {
       this.resultsIgnored,
       this.executionsEvicted,
       this.executionsLoaded,
+      this.memoryBehindHistory,
+      this.staleClaimsRequeued,
       this.commandsForwarded,
       this.schedulesFired,
       this.httpRequests,

@@ -30,7 +30,7 @@ import {
 } from "../engine/decide.ts";
 import type { ErrorInfo, HistoryEvent } from "../engine/events.ts";
 import type { WorkflowDoc } from "../engine/ir.ts";
-import { type ExecutionState, inFlightCount, replay } from "../engine/state.ts";
+import { type ExecutionState, inFlightCount, queuedSteps, replay } from "../engine/state.ts";
 import type { GroupCommitter } from "./committer.ts";
 import type { Definitions } from "../definitions.ts";
 import {
@@ -54,6 +54,16 @@ import { validateAgainst } from "../jsonschema.ts";
 import { log } from "../log.ts";
 import type { EagerSession, TaskPayload } from "../workers/sessions.ts";
 import { evictable, WAKE_AHEAD_MS, WAKE_POLL_MS, wakeAt } from "./cache.ts";
+import { unitOf } from "./shared_changes.ts";
+
+/** The audit of memory against the history (Executions.startAudit). */
+const AUDIT_EVERY_MS = 5_000;
+const AUDIT_AFTER_MS = 5_000;
+const AUDIT_BATCH = 32;
+/** How often an execution still waiting is checked again. */
+const AUDIT_AGAIN_MS = 15_000;
+/** Shared mode: a claim not recorded nor confirmed for this long is stale (see staleClaims). */
+const STALE_CLAIM_MS = 10_000;
 
 export interface Clock {
   now(): number;
@@ -107,6 +117,16 @@ interface Doubt {
   };
 }
 
+/** The audit's view of one execution with a queued task (Executions.startAudit). */
+interface AuditEntry {
+  run: string;
+  seq: number;
+  /** When memory was first seen at this run and seq. */
+  at: number;
+  /** When it was last checked (0: not yet). */
+  checkedAt: number;
+}
+
 interface Active {
   state: ExecutionState;
   def: WorkflowDoc;
@@ -143,6 +163,17 @@ export interface Ownership {
    * replaced. Checks at once (its heartbeat), so that it stops serving as soon as it can tell.
    */
   replaced(): void;
+  /**
+   * Of these queued units (steps memory holds queued), those whose task row is claimed with no
+   * dispatch on its way to this node (no inbox entry of the execution) and no confirmation of
+   * the claim since `before`: claims whose recording was lost. (The audit, startAudit.)
+   */
+  staleClaims?(
+    units: Array<{ execution_id: string; unit: string }>,
+    before: number,
+  ): Promise<Array<{ execution_id: string; unit: string; token: string }>>;
+  /** Puts a claimed row back on the queue (REQUEUE_TASK); true when it was claimed. */
+  requeue?(token: string): Promise<boolean>;
   /** Wakes when the execution may have closed (NOTIFY orbit_done); returns an unsubscribe. */
   onDone(id: string, wake: () => void): () => void;
   /**
@@ -249,6 +280,10 @@ export class Executions {
   #sweepQueued = false;
   #wakePoll: ReturnType<typeof setInterval> | undefined;
   #polling = false;
+  /** The audit of memory against the history (see #auditOnce). */
+  #audit: ReturnType<typeof setInterval> | undefined;
+  #auditing = false;
+  #auditSeen = new Map<string, AuditEntry>();
 
   constructor(
     readonly store: Store,
@@ -924,6 +959,112 @@ export class Executions {
   }
 
   /**
+   * Starts the audit of memory against the history (once): every AUDIT_EVERY_MS, executions
+   * whose queued task has waited AUDIT_AFTER_MS with memory unchanged are checked, a few at a
+   * time, each once per such wait: when the history holds an event after memory's last one, a
+   * commit landed that memory never installed (an outcome misread under cut connections), and
+   * the execution is rebuilt from the history, its landed dispatch marked uncertain and
+   * redelivered. Without it such an execution waits for ever: memory offers a task whose row a
+   * worker holds already (issue 36, shared mode under db-cut-storm). One read per checked
+   * execution, inside its turn; nothing while the queue moves.
+   */
+  startAudit(): void {
+    if (this.#audit !== undefined || this.#stopped || this.opts.readOnly) return;
+    this.#audit = setInterval(() => {
+      this.#auditOnce().catch((e) =>
+        log.engine.warn("cannot check memory against the history; trying again", {
+          error: (e as Error).message,
+        })
+      );
+    }, AUDIT_EVERY_MS);
+  }
+
+  async #auditOnce(): Promise<void> {
+    if (this.#auditing || this.#stopped) return;
+    this.#auditing = true;
+    try {
+      const now = this.clock.now();
+      const seen = new Map<string, AuditEntry>();
+      const due: Array<[string, AuditEntry]> = [];
+      for (const [id, a] of this.#active) {
+        if (this.#suspect.has(id) || queuedSteps(a.state).length === 0) continue;
+        const prev = this.#auditSeen.get(id);
+        const entry = prev && prev.run === a.state.run_id && prev.seq === a.state.last_seq
+          ? prev
+          : { run: a.state.run_id, seq: a.state.last_seq, at: now, checkedAt: 0 };
+        seen.set(id, entry);
+        if (now - entry.at >= AUDIT_AFTER_MS && now - entry.checkedAt >= AUDIT_AGAIN_MS) {
+          due.push([id, entry]);
+        }
+      }
+      this.#auditSeen = seen;
+      // The longest unchecked first, a few per pass.
+      due.sort((x, y) => x[1].checkedAt - y[1].checkedAt);
+      const units: Array<{ execution_id: string; unit: string }> = [];
+      for (const [id, entry] of due.slice(0, AUDIT_BATCH)) {
+        await this.serial(id, async () => {
+          const a = this.#active.get(id);
+          if (
+            this.#stopped || !a || this.#suspect.has(id) || a.state.run_id !== entry.run ||
+            a.state.last_seq !== entry.seq
+          ) {
+            return;
+          }
+          const ahead = await this.store.readHistory(entry.run, entry.seq, 1);
+          entry.checkedAt = this.clock.now();
+          if (ahead.length === 0) {
+            for (const st of queuedSteps(a.state)) {
+              units.push({ execution_id: id, unit: unitOf(a.state, st) });
+            }
+            return;
+          }
+          log.engine.warn("memory is behind the history; rebuilding the execution from it", {
+            execution_id: id,
+            last_seq: entry.seq,
+            next_event: ahead[0]!.type,
+          });
+          this.metrics.memoryBehindHistory.inc();
+          this.#markSuspect(id, undefined, 0);
+        });
+      }
+      await this.#requeueStaleClaims(units, now - STALE_CLAIM_MS);
+    } finally {
+      this.#auditing = false;
+    }
+  }
+
+  /**
+   * Shared mode: a queued step whose row another process claimed, and whose dispatch never
+   * reached this owner's history (the claim's `dispatched` entry or its own recording lost
+   * with a connection or a takeover), goes back on the queue: nothing else would hand it out
+   * again. A worker that held it hears cancel; one that ran it already had its result refused
+   * (the history never named its token), so the task runs again, with the same idempotency key.
+   */
+  async #requeueStaleClaims(
+    units: Array<{ execution_id: string; unit: string }>,
+    before: number,
+  ): Promise<void> {
+    const own = this.opts.ownership;
+    if (!own?.staleClaims || !own.requeue || units.length === 0) return;
+    for (const c of await own.staleClaims(units, before)) {
+      await this.serial(c.execution_id, async () => {
+        const a = this.#active.get(c.execution_id);
+        if (!a || this.#suspect.has(c.execution_id)) return;
+        const st = queuedSteps(a.state).find((x) => unitOf(a.state, x) === c.unit);
+        if (!st) return;
+        if (await own.requeue!(c.token)) {
+          this.metrics.staleClaimsRequeued.inc();
+          log.engine.warn("a claim whose dispatch was never recorded goes back on the queue", {
+            execution_id: c.execution_id,
+            step: st.id,
+            token: c.token,
+          });
+        }
+      });
+    }
+  }
+
+  /**
    * Shared mode: loads an execution this node owns that memory does not hold (an inbox entry,
    * a forwarded command), at the epoch already set or, if none is, the one orbit_owners names
    * for this process. Answers whether memory holds it now (false: another node, or another
@@ -990,6 +1131,7 @@ export class Executions {
       this.#idle = Math.max(0, (await this.store.countRunning()) - this.#active.size);
       this.startCache();
     }
+    this.startAudit();
     return { executions: this.#active.size, in_flight: inFlight };
   }
 
@@ -1180,6 +1322,7 @@ export class Executions {
   stop(): void {
     this.#stopped = true;
     clearInterval(this.#wakePoll);
+    clearInterval(this.#audit);
     for (const { timer } of this.#suspect.values()) if (timer) clearTimeout(timer);
     for (const a of this.#active.values()) for (const t of a.timers) clearTimeout(t);
     for (const set of this.#waiters.values()) for (const w of [...set]) w();
@@ -1336,7 +1479,15 @@ export class Executions {
     try {
       await this.#settleDoubt(id, doubt);
     } catch (e) {
-      // Still unknown, or the history cannot be read: tried again in the background.
+      // Still unknown, or the history (or the owner) cannot be read: tried again in the
+      // background, also when the doubt was resolved and only the rebuild failed (memory may
+      // still be behind a landed append: it must not stay so).
+      if (!this.#suspect.has(id) && !this.#stopped && !this.opts.readOnly) {
+        this.#suspect.set(id, {
+          timer: null,
+          delivered: doubt?.delivered ?? doubt?.append?.delivered,
+        });
+      }
       if (this.#suspect.has(id)) this.#markSuspect(id, undefined, 1000);
       throw e;
     }
@@ -1353,6 +1504,8 @@ export class Executions {
     const a = this.#active.get(id);
     this.#suspect.delete(id);
     if (!row) return; // a start that did not land
+    // The row's last_seq is the history's newest seq (reads take it from the events: a steady
+    // append leaves the row alone), so an equal one means nothing of the append landed.
     if (a && row.run_id === a.state.run_id && row.last_seq === a.state.last_seq) {
       log.engine.debug("a commit with an unknown outcome did not land", {
         execution_id: id,

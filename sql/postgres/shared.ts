@@ -761,10 +761,25 @@ LEFT JOIN orbit_owners o ON o.execution_id = t.execution_id
 WHERE t.claimed_by = $1 AND (t.state = 'claimed') IS TRUE`;
 
 /** Puts a claimed task back on the queue (its dispatch could not be recorded). Params: $1 token. */
+/**
+ * Claimed rows of queued units (the owner's memory has the step queued: it never recorded their
+ * dispatch) whose claim was last confirmed before $2 and for whose execution no inbox entry
+ * waits (a `dispatched` entry on its way is no stale claim). Found by the owner's audit
+ * (Executions.startAudit): a claim whose recording was lost with a cut connection or a takeover
+ * would hold the row, and the execution, for ever. Params: $1 units, $2 confirmed before (ms).
+ */
+export const STALE_CLAIMS = `
+SELECT t.execution_id, t.unit, t.token FROM orbit_tasks t
+WHERE t.unit = ANY (${list(1)}) AND (t.state = 'claimed') IS TRUE AND t.claimed_ms < $2
+  AND NOT EXISTS (SELECT 1 FROM orbit_inbox i WHERE i.execution_id = t.execution_id)`;
+
 export const REQUEUE_TASK = `
 UPDATE orbit_tasks SET state = 'queued', token = NULL, claimed_by = NULL, session_id = NULL,
   claimed_ms = NULL
 WHERE token = $1 AND state = 'claimed'`;
+
+/** REQUEUE_TASK for a stale claim (STALE_CLAIMS), answering whether it was still claimed. */
+export const REQUEUE_STALE_CLAIM = `${REQUEUE_TASK} RETURNING token`;
 
 /** Marks a claimed attempt cancelled (the owner refused its dispatch). Params: $1 token. */
 export const CANCEL_TASK = `
