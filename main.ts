@@ -10,7 +10,7 @@ import { log, setupLogging } from "./lib/log.ts";
 import { Runtime, type RuntimeOptions } from "./lib/runtime.ts";
 import { openStore } from "./lib/store/open.ts";
 import type { Store } from "./lib/store/store.ts";
-import { StandbyNode } from "./cluster/node.ts";
+import { StandbyNode } from "./cluster/standby_node.ts";
 import { SharedNode } from "./cluster/shared.ts";
 import { createApp } from "./routes/app.ts";
 import { serveHttp } from "./lib/http_server.ts";
@@ -150,7 +150,7 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     log.server.info("workers file loaded", { path: workers.path, workers: workers.workers.length });
   }
 
-  // Standby mode is a strategy over the same runtime: cluster/node.ts swaps a fenced leader
+  // Standby mode is a strategy over the same runtime: cluster/standby_node.ts swaps a fenced leader
   // runtime in on election and out on step-down; a single server has one runtime.
   let node: StandbyNode | null = null;
   let sharedNode: SharedNode | null = null;

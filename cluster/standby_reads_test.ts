@@ -5,7 +5,7 @@
  * history, lib/executions/executions.ts currentStateOf), as in shared mode past the node timeout.
  */
 import assert from "node:assert/strict";
-import { StandbyNode } from "./node.ts";
+import { StandbyNode } from "./standby_node.ts";
 import { LEASE_MS } from "./standby.ts";
 import { Runtime } from "../lib/runtime.ts";
 import { openStore } from "../lib/store/open.ts";

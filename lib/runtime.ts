@@ -23,7 +23,7 @@ export interface RuntimeOptions {
   maxActiveExecutions: number | null;
   /** `--cache-executions`: idle executions beyond this many leave memory (none: all stay). */
   cacheExecutions?: number | null;
-  /** Standby mode: the cluster this server takes part in (cluster/node.ts). */
+  /** Standby mode: the cluster this server takes part in (cluster/standby_node.ts). */
   cluster?: ClusterView | null;
   /** A standby's runtime: never started, reads only (waits re-read the database). */
   readOnly?: boolean;

@@ -10,8 +10,8 @@ import assert from "node:assert/strict";
 import { api, waitFor } from "./support/server.ts";
 import { sharedPostgres } from "./support/pg.ts";
 import {
+  type NodeProcess,
   type SharedCluster,
-  type SharedNode,
   startSharedCluster,
 } from "./support/shared_cluster.ts";
 
@@ -39,7 +39,7 @@ const NAP = {
 
 async function withTwo(
   args: string[],
-  fn: (c: SharedCluster, a: SharedNode, b: SharedNode) => Promise<void>,
+  fn: (c: SharedCluster, a: NodeProcess, b: NodeProcess) => Promise<void>,
 ): Promise<void> {
   const db = await (await sharedPostgres()).createDatabase();
   const c = await startSharedCluster({ db, nodes: 2, proxy: false, args });
@@ -51,12 +51,12 @@ async function withTwo(
 }
 
 /** Starts through `n` (which then owns it). */
-async function start(n: SharedNode, body: Record<string, unknown>): Promise<void> {
+async function start(n: NodeProcess, body: Record<string, unknown>): Promise<void> {
   const r = await n.api().post("/v1/executions", body);
   assert.equal(r.status, 201, JSON.stringify(r.body));
 }
 
-const cached = (n: SharedNode) => n.metric("orbit_cached_executions");
+const cached = (n: NodeProcess) => n.metric("orbit_cached_executions");
 
 // deno-lint-ignore no-explicit-any
 async function historyOf(base: string, id: string): Promise<any[]> {

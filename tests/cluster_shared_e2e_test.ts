@@ -29,11 +29,11 @@ import {
   assertEveryOccurrence,
   linesOn,
   NODE_TIMEOUT_S,
+  type NodeProcess,
   runSharedServerToExit,
   type SharedCluster,
   type SharedClusterOptions,
   type SharedHealth,
-  type SharedNode,
   startDbLink,
   startSharedCluster,
   tail,
@@ -174,7 +174,7 @@ const tookOwnershipRe = (from: string) =>
  * in_flight=M from=<id>"; over all survivors the ownership lines add up to `n`. (With rendezvous
  * hashing the executions may be spread over several survivors.)
  */
-function assertTakeover(survivors: SharedNode[], from: string, n: number, inFlight?: number) {
+function assertTakeover(survivors: NodeProcess[], from: string, n: number, inFlight?: number) {
   const logs = survivors.map((s) => tail(s, 30)).join("\n");
   const taking = linesOn(survivors, takingOverRe(from));
   const took = linesOn(survivors, tookOwnershipRe(from));
@@ -603,7 +603,7 @@ Deno.test({
     withCluster(async (c) => {
       c.startWorker({ ORDER_CHARGE_DELAY_MS: String(CHARGE_MS) });
       await deployOrders(c);
-      const [one, two, three] = c.nodes as [SharedNode, SharedNode, SharedNode];
+      const [one, two, three] = c.nodes as [NodeProcess, NodeProcess, NodeProcess];
       await startOrder(one.url, "sh-G0");
       await waitDispatched(two.url, ["sh-G0"]);
       const running = await one.health();
@@ -856,7 +856,7 @@ Deno.test({
       const orders = runOrders(() => c.proxy.url, ids, 16, () => done++);
       const reached = (share: number) =>
         waitFor(() => done >= Math.floor(ORDERS * share), `${share * 100}% of the orders`, 300_000);
-      const [one, two, three] = c.nodes as [SharedNode, SharedNode, SharedNode];
+      const [one, two, three] = c.nodes as [NodeProcess, NodeProcess, NodeProcess];
       const chaos = (async () => {
         await reached(0.15);
         driver("KILL node-1");

@@ -9,8 +9,8 @@ import { waitFor } from "./support/server.ts";
 import { sharedPostgres } from "./support/pg.ts";
 import {
   assertEveryOccurrence,
+  type NodeProcess,
   type SharedCluster,
-  type SharedNode,
   startSharedCluster,
   tail,
 } from "./support/shared_cluster.ts";
@@ -46,11 +46,11 @@ async function withServers(fn: (c: SharedCluster) => Promise<void>): Promise<voi
   }
 }
 
-async function fired(n: SharedNode): Promise<number> {
+async function fired(n: NodeProcess): Promise<number> {
   return await n.metric("orbit_schedules_fired_total");
 }
 
-async function ids(n: SharedNode, prefix = "tick@"): Promise<string[]> {
+async function ids(n: NodeProcess, prefix = "tick@"): Promise<string[]> {
   const r = await n.api().get("/v1/executions?workflow=Tick&limit=1000");
   assert.equal(r.status, 200, JSON.stringify(r.body));
   return r.body.executions
@@ -59,7 +59,7 @@ async function ids(n: SharedNode, prefix = "tick@"): Promise<string[]> {
 }
 
 /** Waits until the schedule's fired count, its executions and `metrics()` agree. */
-async function settled(reader: SharedNode, metrics: () => Promise<number>): Promise<string> {
+async function settled(reader: NodeProcess, metrics: () => Promise<number>): Promise<string> {
   let last = "";
   await waitFor(
     async () => {
@@ -83,7 +83,7 @@ Deno.test({
   name: "each_schedule_occurrence_is_fired_by_exactly_one_node",
   fn: () =>
     withServers(async (c) => {
-      const [one, two, three] = c.nodes as [SharedNode, SharedNode, SharedNode];
+      const [one, two, three] = c.nodes as [NodeProcess, NodeProcess, NodeProcess];
       assert.equal((await one.api().post("/v1/workflows", TICK)).status, 201);
       const created = await two.api().post("/v1/schedules", EVERY_SECOND);
       assert.equal(created.status, 201, JSON.stringify(created.body));
@@ -124,7 +124,7 @@ Deno.test({
   name: "shared: a schedule is created, changed, triggered, paused and resumed through any server",
   fn: () =>
     withServers(async (c) => {
-      const [one, two, three] = c.nodes as [SharedNode, SharedNode, SharedNode];
+      const [one, two, three] = c.nodes as [NodeProcess, NodeProcess, NodeProcess];
       assert.equal((await one.api().post("/v1/workflows", TICK)).status, 201);
       const hourly = { ...EVERY_SECOND, every_s: 3600 };
       assert.equal((await one.api().post("/v1/schedules", hourly)).status, 201);
@@ -162,7 +162,7 @@ Deno.test({
   name: "shared: when a server that fires the schedule is killed, the others carry on",
   fn: () =>
     withServers(async (c) => {
-      const [one, two] = c.nodes as [SharedNode, SharedNode, SharedNode];
+      const [one, two] = c.nodes as [NodeProcess, NodeProcess, NodeProcess];
       assert.equal((await one.api().post("/v1/workflows", TICK)).status, 201);
       assert.equal((await two.api().post("/v1/schedules", EVERY_SECOND)).status, 201);
       await waitFor(

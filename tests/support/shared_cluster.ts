@@ -57,7 +57,7 @@ export interface SharedHealth {
   [k: string]: unknown;
 }
 
-export interface SharedNodeOptions {
+export interface NodeProcessOptions {
   /** Seconds (default the page's 3). */
   nodeTimeoutS?: number;
   sessionTimeoutS?: number;
@@ -69,7 +69,7 @@ export interface SharedNodeOptions {
 }
 
 /** The page's command line for one shared server (the address is added by startServer). */
-export function sharedArgs(id: string, o: SharedNodeOptions = {}): string[] {
+export function sharedArgs(id: string, o: NodeProcessOptions = {}): string[] {
   return [
     "--cluster",
     "--cluster-mode",
@@ -101,7 +101,7 @@ export async function isReady(url: string): Promise<boolean> {
 export async function startSharedServer(
   db: string,
   id: string,
-  o: SharedNodeOptions = {},
+  o: NodeProcessOptions = {},
 ): Promise<ServerProcess> {
   const proc = await startServer({ db, args: sharedArgs(id, o), ...(o.env ? { env: o.env } : {}) });
   let exited = false;
@@ -125,7 +125,7 @@ export async function startSharedServer(
 }
 
 /** One server of the cluster under a fixed node id, across restarts. */
-export class SharedNode {
+export class NodeProcess {
   /** Earlier processes of this node id (before `restart()`), oldest first. */
   readonly previous: ServerProcess[] = [];
   #paused = false;
@@ -134,7 +134,7 @@ export class SharedNode {
     readonly id: string,
     readonly db: string,
     public proc: ServerProcess,
-    readonly options: SharedNodeOptions,
+    readonly options: NodeProcessOptions,
     private readonly onRestart: () => void,
   ) {}
 
@@ -222,7 +222,7 @@ export class SharedNode {
    * if it still runs) and waits for it to be ready. A restart right after a SIGKILL may wait
    * for the old heartbeat to expire (up to three node timeouts, as the page says).
    */
-  async restart(signal: Deno.Signal | null = "SIGTERM", o: SharedNodeOptions = {}): Promise<void> {
+  async restart(signal: Deno.Signal | null = "SIGTERM", o: NodeProcessOptions = {}): Promise<void> {
     if (signal) {
       if (this.#paused && signal !== "SIGKILL") this.resume();
       await this.#signal(signal, 30_000);
@@ -245,7 +245,7 @@ export function metricValue(text: string, name: string, labels?: string): number
   return sum;
 }
 
-export interface SharedClusterOptions extends SharedNodeOptions {
+export interface SharedClusterOptions extends NodeProcessOptions {
   /** The database (a fresh one from `sharedPostgres().createDatabase()`). */
   db: string;
   /** Number of servers (default 3), `node-1` … `node-N`. */
@@ -258,18 +258,18 @@ export interface SharedClusterOptions extends SharedNodeOptions {
 
 export interface SharedCluster {
   readonly db: string;
-  readonly nodes: SharedNode[];
+  readonly nodes: NodeProcess[];
   /** The round-robin proxy (throws when started with `proxy: false`). */
   readonly proxy: ReadyProxy;
   /** A JSON client on the proxy. */
   readonly lb: ReturnType<typeof api>;
-  node(id: string): SharedNode;
+  node(id: string): NodeProcess;
   /** Every node but these. */
-  others(...not: SharedNode[]): SharedNode[];
+  others(...not: NodeProcess[]): NodeProcess[];
   /** Starts the TypeScript order worker against the proxy (stopped by `close()`). */
   startWorker(env?: Record<string, string>): WorkerProcess;
   /** Adds a server `node-<N+1>` (or `id`) to the cluster and the proxy. */
-  addNode(id?: string, o?: SharedNodeOptions): Promise<SharedNode>;
+  addNode(id?: string, o?: NodeProcessOptions): Promise<NodeProcess>;
   /** Kills workers, the proxy and every server, by PID. */
   close(): Promise<void>;
 }
@@ -278,11 +278,11 @@ export interface SharedCluster {
 export async function startSharedCluster(o: SharedClusterOptions): Promise<SharedCluster> {
   const count = o.nodes ?? 3;
   const ids = Array.from({ length: count }, (_, i) => `node-${i + 1}`);
-  const nodes: SharedNode[] = [];
+  const nodes: NodeProcess[] = [];
   const workers: WorkerProcess[] = [];
   let proxy: ReadyProxy | null = null;
   const syncProxy = () => proxy?.setBackends(nodes.map((n) => n.url));
-  const nodeOpts = (): SharedNodeOptions => ({
+  const nodeOpts = (): NodeProcessOptions => ({
     ...(o.nodeTimeoutS !== undefined ? { nodeTimeoutS: o.nodeTimeoutS } : {}),
     ...(o.sessionTimeoutS !== undefined ? { sessionTimeoutS: o.sessionTimeoutS } : {}),
     ...(o.args ? { args: o.args } : {}),
@@ -301,7 +301,7 @@ export async function startSharedCluster(o: SharedClusterOptions): Promise<Share
   }
   started.forEach((s, i) => {
     const proc = (s as PromiseFulfilledResult<ServerProcess>).value;
-    nodes.push(new SharedNode(ids[i]!, dbOf(ids[i]!), proc, nodeOpts(), syncProxy));
+    nodes.push(new NodeProcess(ids[i]!, dbOf(ids[i]!), proc, nodeOpts(), syncProxy));
   });
 
   if (o.proxy !== false) {
@@ -339,7 +339,7 @@ export async function startSharedCluster(o: SharedClusterOptions): Promise<Share
     async addNode(id, no = {}) {
       const nid = id ?? `node-${nodes.length + 1}`;
       const proc = await startSharedServer(dbOf(nid), nid, { ...nodeOpts(), ...no });
-      const n = new SharedNode(nid, dbOf(nid), proc, { ...nodeOpts(), ...no }, syncProxy);
+      const n = new NodeProcess(nid, dbOf(nid), proc, { ...nodeOpts(), ...no }, syncProxy);
       nodes.push(n);
       syncProxy();
       return n;
@@ -354,9 +354,9 @@ export async function startSharedCluster(o: SharedClusterOptions): Promise<Share
 }
 
 /** Prints a node's log tail, for assertion messages. */
-export function tail(n: SharedNode | ServerProcess, lines = 40): string {
-  const logs = n instanceof SharedNode ? n.allLogs : n.logs;
-  const id = n instanceof SharedNode ? n.id : `pid ${n.pid}`;
+export function tail(n: NodeProcess | ServerProcess, lines = 40): string {
+  const logs = n instanceof NodeProcess ? n.allLogs : n.logs;
+  const id = n instanceof NodeProcess ? n.id : `pid ${n.pid}`;
   return `--- ${id} (last ${lines} lines) ---\n${logs.slice(-lines).join("\n")}`;
 }
 
@@ -365,10 +365,10 @@ export function tail(n: SharedNode | ServerProcess, lines = 40): string {
  * and the time it was seen; rejects after `timeoutMs` with every node's log tail.
  */
 export async function waitForLogOnAny(
-  nodes: SharedNode[],
+  nodes: NodeProcess[],
   re: RegExp,
   timeoutMs = 30_000,
-): Promise<{ node: SharedNode; line: string; at: number }> {
+): Promise<{ node: NodeProcess; line: string; at: number }> {
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
     for (const n of nodes) {
@@ -383,7 +383,7 @@ export async function waitForLogOnAny(
 }
 
 /** Every line matching `re` on any of `nodes`, with the node that logged it. */
-export function linesOn(nodes: SharedNode[], re: RegExp): { node: SharedNode; line: string }[] {
+export function linesOn(nodes: NodeProcess[], re: RegExp): { node: NodeProcess; line: string }[] {
   return nodes.flatMap((n) => n.logs.filter((l) => re.test(l)).map((line) => ({ node: n, line })));
 }
 
@@ -405,7 +405,7 @@ export interface RawServerResult {
 export async function runSharedServerToExit(
   db: string,
   id: string,
-  o: SharedNodeOptions & { guardMs?: number } = {},
+  o: NodeProcessOptions & { guardMs?: number } = {},
 ): Promise<RawServerResult> {
   const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (probe.addr as Deno.NetAddr).port;
