@@ -7,9 +7,9 @@
  * three minutes in all; the long profile is `deno task chaos --seconds 1800`.
  *
  * The storm profiles (issue 36): every database connection of the servers cut every 0.5–1.5 s
- * (`db-cut-storm`) under eight order clients, in single-pg and standby mode; every
+ * (`db-cut-storm`) under eight order clients, in single-pg, standby and shared mode; every
  * history must stay whole (the checker's `history` rule among the others) and every order
- * finish, with no stall of orders over 10 s.
+ * finish, with no stall of orders over 10 s (shared mode: 30 s, see below).
  */
 import assert from "node:assert/strict";
 import { type ChaosOptions, runChaos } from "../chaos/run.ts";
@@ -85,9 +85,17 @@ Deno.test({
     }),
 });
 
-// Shared mode under the storm is not in the short profile yet: alone it passes, but beside the
-// rest of the suite one order in a run could stay stuck (issue 36, "what is left").
-for (const [mode, seed] of [["single-pg", 404], ["standby", 505]] as const) {
+// Shared mode's orders stall longer under the storm on a loaded machine (three servers, each
+// losing its pools, heartbeat and notification connections at every cut: 12-29 s measured beside
+// other work, 1.7-8 s on an idle machine, docs/chaos.md): its bound here is 30 s; every order
+// must still finish and every invariant hold.
+for (
+  const [mode, seed, maxStallMs] of [
+    ["single-pg", 404, 10_000],
+    ["standby", 505, 10_000],
+    ["shared", 606, 30_000],
+  ] as const
+) {
   Deno.test({
     name: `chaos short profile: ${mode} under a storm of cut database connections keeps every ` +
       "invariant and every order moving",
@@ -100,7 +108,7 @@ for (const [mode, seed] of [["single-pg", 404], ["standby", 505]] as const) {
         clients: 8,
         faults: ["db-cut-storm"],
         settleSeconds: 60,
-        maxStallMs: 10_000,
+        maxStallMs,
       }),
   });
 }
