@@ -65,6 +65,38 @@ async function goBuild(dir: string, pkg: string, name: string): Promise<string> 
 
 let goProgram: Promise<string> | null = null;
 
+/**
+ * The C# SDK built with Mono's `mcs` (sdk/csharp/build.sh) into a temporary directory, once
+ * per test process; answers that directory (run its programs with `mono DIR/<name>.exe`).
+ * Throws {@link MissingToolchain} when mcs, mono or Debian's Newtonsoft.Json is missing.
+ */
+export function csharpBuild(): Promise<string> {
+  csharpDir ??= (async () => {
+    if (!(await has("mcs", ["--version"])) || !(await has("mono", ["--version"]))) {
+      throw new MissingToolchain(
+        "mcs/mono are not installed (Debian: apt-get install mono-complete libnewtonsoft-json-cil-dev)",
+      );
+    }
+    const out = await Deno.makeTempDir({ prefix: "orbit-csharp-" });
+    const r = await new Deno.Command("sh", {
+      args: [`${ROOT}sdk/csharp/build.sh`, out],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(r.stdout) + new TextDecoder().decode(r.stderr);
+    if (r.code === 3) {
+      throw new MissingToolchain(
+        `${text.trim()} (Debian: apt-get install libnewtonsoft-json-cil-dev)`,
+      );
+    }
+    if (!r.success) throw new Error(`sdk/csharp/build.sh failed:\n${text}`);
+    return out;
+  })();
+  return csharpDir;
+}
+
+let csharpDir: Promise<string> | null = null;
+
 export const SDKS: Sdk[] = [
   {
     name: "typescript",
@@ -94,5 +126,10 @@ export const SDKS: Sdk[] = [
       goProgram ??= goBuild(`${ROOT}sdk/go`, "./cmd/conformance", "conformance-go");
       return [await goProgram];
     },
+  },
+  {
+    name: "csharp",
+    runtime: "csharp",
+    prepare: async () => ["mono", "--debug", `${await csharpBuild()}/Orbit.Conformance.exe`],
   },
 ];
