@@ -152,6 +152,13 @@ namespace Orbit.Conformance
 
         public static int Main(string[] args)
         {
+            // Environment.Exit: Mono would otherwise wait for its thread pool's idle threads.
+            Environment.Exit(Run(args));
+            return 0;
+        }
+
+        static int Run(string[] args)
+        {
             var server = Environment.GetEnvironmentVariable("ORBIT_SERVER");
             for (var i = 0; i < args.Length; i++)
             {
