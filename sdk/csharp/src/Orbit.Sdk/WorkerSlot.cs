@@ -276,7 +276,8 @@ namespace Orbit
             {
                 string reason;
                 lock (gate) reason = e.Reason;
-                if (reason == null && deadline.HasValue && ct.IsCancellationRequested && DateTimeOffset.UtcNow >= deadline.Value) reason = "deadline";
+                // A runtime cancel and a stop name their reason before they cancel: what is left is the deadline.
+                if (reason == null && deadline.HasValue && ct.IsCancellationRequested) reason = "deadline";
                 switch (reason)
                 {
                     case "cancel":
