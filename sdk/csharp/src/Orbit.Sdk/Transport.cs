@@ -88,9 +88,10 @@ namespace Orbit
 
         static Transport()
         {
-            // Mono's HttpClientHandler rides on HttpWebRequest: no 100-continue round trip, no
-            // Nagle delay on small bodies, and more than two connections per server (a long poll
-            // per slot, heartbeats and results at the same time).
+            // Where HttpClientHandler rides on HttpWebRequest (older Mono, .NET Framework): no
+            // 100-continue round trip, no Nagle delay on small bodies, and more than two
+            // connections per server (a long poll per slot, heartbeats and results at once).
+            // Mono 6.8 and .NET use SocketsHttpHandler: a connection pool per handler.
             ServicePointManager.Expect100Continue = false;
             ServicePointManager.UseNagleAlgorithm = false;
             if (ServicePointManager.DefaultConnectionLimit < 256) ServicePointManager.DefaultConnectionLimit = 256;
