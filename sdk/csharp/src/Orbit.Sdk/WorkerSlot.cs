@@ -178,7 +178,7 @@ namespace Orbit
             {
                 var left = deadline.Value - DateTimeOffset.UtcNow;
                 if (left <= TimeSpan.Zero) e.Cts.Cancel();
-                else e.Cts.CancelAfter(left);
+                else if (left.TotalMilliseconds < int.MaxValue) e.Cts.CancelAfter(left); // beyond ~24 days: no timer
             }
             Outcome o;
             try
