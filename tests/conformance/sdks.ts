@@ -78,6 +78,11 @@ export function csharpBuild(): Promise<string> {
       );
     }
     const out = await Deno.makeTempDir({ prefix: "orbit-csharp-" });
+    globalThis.addEventListener("unload", () => {
+      try {
+        Deno.removeSync(out, { recursive: true });
+      } catch { /* removed already */ }
+    });
     const r = await new Deno.Command("sh", {
       args: [`${ROOT}sdk/csharp/build.sh`, out],
       stdout: "piped",
