@@ -190,6 +190,32 @@ namespace Orbit.Tests
             }
         }
 
+        public static async Task TestAnOutputTheRuntimeRefusesIsReportedAsAFailureOnce()
+        {
+            using (var f = new FakeServer())
+            {
+                f.InjectFailures("/v1/tasks/complete", 422);
+                var log = new Log();
+                var w = NewWorker(f, 1, log, Echo);
+                await w.StartAsync();
+                try
+                {
+                    var tok = f.Enqueue("t.echo", new { name = "big" });
+                    await f.WaitUntil("the substituted failure", () => f.Results.Any(r => (string)r["token"] == tok));
+                    var r0 = f.ResultFor(tok);
+                    Check.Equal("/v1/tasks/fail", (string)r0["path"], "route");
+                    Check.Equal("OUTPUT_REJECTED", (string)r0["error"]["code"], "code");
+                    Check.Equal(false, (bool)r0["error"]["retryable"], "retryable");
+                    Check.True(r0["max_tasks"] == null, "a retried report asks for no task: " + r0);
+                    Check.True(log.Has("reporting a failure instead"), "not logged:\n" + log);
+                }
+                finally
+                {
+                    await Stop(w);
+                }
+            }
+        }
+
         public static async Task TestRetriesARefusedConnectionUntilTheServerListens()
         {
             var log = new Log();
