@@ -361,7 +361,7 @@ namespace Orbit
                 }
                 var api = err as OrbitApiException;
                 var refused = api != null && (api.Status == 400 || api.Status == 413 || api.Status == 422);
-                if (OrbitException.IsRetryable(err))
+                if (OrbitException.IsRetryable(err) || err is OperationCanceledException)
                 {
                     var d = r.Next();
                     Log("WARN", "report result failed: {0}; retrying in {1}", Describe(err), Backoff.Format(d));
@@ -385,10 +385,6 @@ namespace Orbit
                     if (reason.Length > 2000) reason = reason.Substring(0, 1997) + "...";
                     o = new Outcome { Failure = Failure(code, reason, false) };
                     substituted = true;
-                }
-                else if (err is OperationCanceledException)
-                {
-                    continue;
                 }
                 else
                 {
