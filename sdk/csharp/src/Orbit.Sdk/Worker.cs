@@ -173,7 +173,9 @@ namespace Orbit
                 if (state != "new") throw new InvalidOperationException("Orbit.Worker.StartAsync: the worker is " + state);
                 state = "starting";
             }
+            Log("INFO", "worker starting worker_id={0} runtime={1} tasks={2} concurrency={3} server={4}", opts.WorkerId, opts.Runtime, opts.Tasks.Count, opts.Concurrency, main.Server);
             Exception error = null;
+            await WarmUpAsync().ConfigureAwait(false);
             using (var reg = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, stopCts.Token))
             {
                 try
@@ -204,6 +206,29 @@ namespace Orbit
             }
             if (error is OperationCanceledException) throw error;
             if (error != null) throw error;
+        }
+
+        static int warmedUp;
+
+        /// <summary>
+        /// Runs the failure path once before the first request (an error body parsed, an API
+        /// error thrown and described, a timer): under Mono's JIT on a loaded machine the first
+        /// failure otherwise pays 100-300 ms of compilation, and the first retry's pause is no
+        /// longer what <see cref="Backoff"/> says.
+        /// </summary>
+        async Task WarmUpAsync()
+        {
+            if (Interlocked.Exchange(ref warmedUp, 1) != 0) return;
+            try
+            {
+                var body = JToken.Parse("{\"error\":{\"code\":\"NOT_LEADER\",\"message\":\"warm-up\"}}");
+                throw new OrbitApiException(503, (string)body["error"]["code"], "warm-up", null, body.ToString(), "POST", "/");
+            }
+            catch (OrbitApiException e)
+            {
+                if (!OrbitException.IsRetryable(e) || Describe(e) == null || Backoff.Format(opts.Backoff.Delay(0)) == null) Log("DEBUG", "warm-up");
+            }
+            await System.Threading.Tasks.Task.Delay(1).ConfigureAwait(false);
         }
 
         /// <summary>
