@@ -19,7 +19,7 @@ import { csharpBuild, MissingToolchain } from "./conformance/sdks.ts";
 let build: string | null = null;
 let missing = "";
 try {
-  build = await csharpBuild();
+  build = await csharpBuild("orders");
 } catch (err) {
   if (!(err instanceof MissingToolchain)) throw err;
   missing = err.message;

@@ -66,12 +66,15 @@ async function goBuild(dir: string, pkg: string, name: string): Promise<string> 
 let goProgram: Promise<string> | null = null;
 
 /**
- * The C# SDK built with Mono's `mcs` (sdk/csharp/build.sh) into a temporary directory, once
- * per test process; answers that directory (run its programs with `mono DIR/<name>.exe`).
- * Throws {@link MissingToolchain} when mcs, mono or Debian's Newtonsoft.Json is missing.
+ * The C# SDK's library and one of its programs (`conformance`, `orders`) built with Mono's `mcs`
+ * (sdk/csharp/build.sh) into a temporary directory, once per test process, removed when the
+ * process ends; answers that directory (run a program with `mono DIR/<name>.exe`). Throws
+ * {@link MissingToolchain} when mcs, mono or Debian's Newtonsoft.Json is missing.
  */
-export function csharpBuild(): Promise<string> {
-  csharpDir ??= (async () => {
+export function csharpBuild(program: "conformance" | "orders"): Promise<string> {
+  let build = csharpBuilds.get(program);
+  if (build) return build;
+  build = (async () => {
     if (!(await has("mcs", ["--version"])) || !(await has("mono", ["--version"]))) {
       throw new MissingToolchain(
         "mcs/mono are not installed (Debian: apt-get install mono-complete libnewtonsoft-json-cil-dev)",
@@ -84,7 +87,7 @@ export function csharpBuild(): Promise<string> {
       } catch { /* removed already */ }
     });
     const r = await new Deno.Command("sh", {
-      args: [`${ROOT}sdk/csharp/build.sh`, out],
+      args: [`${ROOT}sdk/csharp/build.sh`, out, program],
       stdout: "piped",
       stderr: "piped",
     }).output();
@@ -97,10 +100,11 @@ export function csharpBuild(): Promise<string> {
     if (!r.success) throw new Error(`sdk/csharp/build.sh failed:\n${text}`);
     return out;
   })();
-  return csharpDir;
+  csharpBuilds.set(program, build);
+  return build;
 }
 
-let csharpDir: Promise<string> | null = null;
+const csharpBuilds = new Map<string, Promise<string>>();
 
 export const SDKS: Sdk[] = [
   {
@@ -135,6 +139,7 @@ export const SDKS: Sdk[] = [
   {
     name: "csharp",
     runtime: "csharp",
-    prepare: async () => ["mono", "--debug", `${await csharpBuild()}/Orbit.Conformance.exe`],
+    prepare:
+      async () => ["mono", "--debug", `${await csharpBuild("conformance")}/Orbit.Conformance.exe`],
   },
 ];
