@@ -154,6 +154,46 @@ async function cargoBuild(dir: string, target: string, name: string): Promise<st
 }
 
 let rustProgram: Promise<string> | null = null;
+/**
+ * The C# SDK's library and one of its programs (`conformance`, `orders`) built with Mono's `mcs`
+ * (sdk/csharp/build.sh) into a temporary directory, once per test process, removed when the
+ * process ends; answers that directory (run a program with `mono DIR/<name>.exe`). Throws
+ * {@link MissingToolchain} when mcs, mono or Debian's Newtonsoft.Json is missing.
+ */
+export function csharpBuild(program: "conformance" | "orders"): Promise<string> {
+  let build = csharpBuilds.get(program);
+  if (build) return build;
+  build = (async () => {
+    if (!(await has("mcs", ["--version"])) || !(await has("mono", ["--version"]))) {
+      throw new MissingToolchain(
+        "mcs/mono are not installed (Debian: apt-get install mono-complete libnewtonsoft-json-cil-dev)",
+      );
+    }
+    const out = await Deno.makeTempDir({ prefix: "orbit-csharp-" });
+    globalThis.addEventListener("unload", () => {
+      try {
+        Deno.removeSync(out, { recursive: true });
+      } catch { /* removed already */ }
+    });
+    const r = await new Deno.Command("sh", {
+      args: [`${ROOT}sdk/csharp/build.sh`, out, program],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(r.stdout) + new TextDecoder().decode(r.stderr);
+    if (r.code === 3) {
+      throw new MissingToolchain(
+        `${text.trim()} (Debian: apt-get install libnewtonsoft-json-cil-dev)`,
+      );
+    }
+    if (!r.success) throw new Error(`sdk/csharp/build.sh failed:\n${text}`);
+    return out;
+  })();
+  csharpBuilds.set(program, build);
+  return build;
+}
+
+const csharpBuilds = new Map<string, Promise<string>>();
 
 export const SDKS: Sdk[] = [
   {
@@ -192,5 +232,11 @@ export const SDKS: Sdk[] = [
       rustProgram ??= cargoBuild(`${ROOT}sdk/rust`, "--bin conformance", "conformance-rust");
       return [await rustProgram];
     },
+  },
+  {
+    name: "csharp",
+    runtime: "csharp",
+    prepare:
+      async () => ["mono", "--debug", `${await csharpBuild("conformance")}/Orbit.Conformance.exe`],
   },
 ];
