@@ -6,6 +6,8 @@
  *
  *   deno task bench [--orders 600] [--clients 64] [--workers 1] [--store sqlite|postgres|both]
  *   deno task bench --python-workers 1 --ts-workers 1   (the reference page's worker shape)
+ *   deno task bench --go-workers 1 --rust-workers 1 --csharp-workers 1 --python-workers 1 --ts-workers 1
+ *                       (workers in several languages: the CPU per order of each language's)
  *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
  *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
  *   deno task bench --deno-args="--v8-flags=--max-semi-space-size=2"   (flags for the server's deno run)
@@ -30,6 +32,13 @@ import { PYTHON_WORKFLOW, startPythonWorker } from "../sdk/python/testing/proces
 import { startBenchServers } from "./cluster.ts";
 import { Client } from "../sdk/typescript/client.ts";
 import { PG_STATEMENTS_OPTIONS, PostgresStats } from "./postgres_stats.ts";
+import { startWorkerProcess } from "../tests/conformance/worker_process.ts";
+import {
+  COMPILED_LANGUAGES,
+  type CompiledLanguage,
+  LANGUAGE_NAMES,
+  workerCommand,
+} from "./language_workers.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -47,6 +56,13 @@ const { values } = parseArgs({
     // the workflow is the variant whose charge is pinned to Python).
     "python-workers": { type: "string", default: "0" },
     "ts-workers": { type: "string" },
+    // The Go, Rust and C# SDKs' example workers (bench/language_workers.ts builds them). With
+    // any of them the workflow is the plain one (no step pinned to a language): every example
+    // worker registers all 8 tasks, so they spread among the languages; the bench prints each
+    // language's worker CPU per order and the tasks it ran (from the orders' histories).
+    "go-workers": { type: "string", default: "0" },
+    "rust-workers": { type: "string", default: "0" },
+    "csharp-workers": { type: "string", default: "0" },
     // Shared mode: N servers on one PostgreSQL database behind a round-robin proxy.
     cluster: { type: "string", default: "" },
     servers: { type: "string", default: "1" },
@@ -78,6 +94,33 @@ const WAITING = Number(values.waiting);
 if (!Number.isInteger(WAITING) || WAITING < 0) throw new Error("--waiting: a count");
 
 const CLIENTS = Number(values.clients);
+
+/** How many example workers of each compiled SDK (`--go-workers` …). */
+const COMPILED_COUNTS = new Map<CompiledLanguage, number>(
+  COMPILED_LANGUAGES.map((l) => {
+    const n = Number(values[`${l}-workers`]);
+    if (!Number.isInteger(n) || n < 0) throw new Error(`--${l}-workers: a count of workers`);
+    return [l, n];
+  }),
+);
+const COMPILED = [...COMPILED_COUNTS].filter(([, n]) => n > 0).map(([l]) => l);
+/** Each compiled SDK's worker command line, built once for every store the bench runs on. */
+const COMPILED_COMMANDS = new Map<CompiledLanguage, string[]>();
+for (const l of COMPILED) {
+  const t0 = performance.now();
+  COMPILED_COMMANDS.set(l, await workerCommand(l));
+  console.error(
+    `  ${LANGUAGE_NAMES[l]} example worker built (${
+      ((performance.now() - t0) / 1000).toFixed(1)
+    } s)`,
+  );
+}
+
+/** The language of a bench worker by its worker_id (bench-N is a TypeScript one). */
+function languageOf(workerId: string): string {
+  const m = /^bench-(py|go|rust|csharp|java)-\d+$/.exec(workerId);
+  return !m ? "typescript" : m[1] === "py" ? "python" : m[1]!;
+}
 
 /** A process's resident memory now (VmRSS) or at its peak (VmHWM), in MB. */
 function memoryMb(pid: number, field: "VmRSS" | "VmHWM"): number {
@@ -337,13 +380,70 @@ async function bench(store: "sqlite" | "postgres") {
       ORDER_CONCURRENCY: values.concurrency,
       ORDER_WORKER_ID: `bench-py-${i}`,
     }));
+  const compiledWorkers = COMPILED.flatMap((l) =>
+    Array.from({ length: COMPILED_COUNTS.get(l)! }, (_, i) => {
+      const id = `bench-${l}-${i}`;
+      return {
+        language: l as string,
+        id,
+        process: startWorkerProcess(id, COMPILED_COMMANDS.get(l)!, server.url, {
+          ORDER_TRACE: "0",
+          ORDER_CONCURRENCY: values.concurrency,
+          ORDER_WORKER_ID: id,
+        }),
+      };
+    })
+  );
+  /** Every worker process with its language (CPU per language). */
+  const allWorkers = [
+    ...workers.map((w) => ({ language: "typescript", pid: w.pid })),
+    ...pythonWorkers.map((w) => ({ language: "python", pid: w.pid })),
+    ...compiledWorkers.map((w) => ({ language: w.language, pid: w.process.pid })),
+  ];
+  const languages = [...new Set(allWorkers.map((w) => w.language))];
+  /** Several languages: each one's CPU per order and tasks are printed. */
+  const mixed = pyCount > 0 || compiledWorkers.length > 0;
   const client = new Client({ server: server.url, transport: CLIENT_TRANSPORT });
   const pgStats = store === "postgres"
     ? new PostgresStats(db, { statements: values["pg-statements"] })
     : null;
   try {
     const c = api(server.url);
-    await c.post("/v1/workflows", pyCount > 0 ? PYTHON_WORKFLOW : ORDER_WORKFLOW);
+    await c.post(
+      "/v1/workflows",
+      pyCount > 0 && compiledWorkers.length === 0 ? PYTHON_WORKFLOW : ORDER_WORKFLOW,
+    );
+    // The compiled SDKs' workers (Mono's and the JVM's start take seconds on a loaded machine)
+    // registered before the warm-up, so that every language polls when the run starts.
+    if (compiledWorkers.length > 0) {
+      const want = new Set([
+        ...compiledWorkers.map((w) => w.id),
+        ...workers.map((_, i) => `bench-${i}`),
+        ...pythonWorkers.map((_, i) => `bench-py-${i}`),
+      ]);
+      const deadline = Date.now() + 120_000;
+      for (;;) {
+        const seen = new Set<string>();
+        for (const s of cluster.servers) {
+          const r = await api(s.url).get("/v1/workers");
+          for (const w of r.body?.workers ?? []) seen.add(w.worker_id);
+        }
+        if ([...want].every((id) => seen.has(id))) break;
+        for (const w of compiledWorkers) {
+          if (w.process.exitCode() !== null) {
+            throw new Error(
+              `worker ${w.id} exited (${w.process.exitCode()}):\n${w.process.tail()}`,
+            );
+          }
+        }
+        if (Date.now() > deadline) {
+          throw new Error(
+            `workers not registered after 120 s: ${[...want].filter((id) => !seen.has(id))}`,
+          );
+        }
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
     // Warm up: one order end to end, so the workers are registered and polling.
     await c.post("/v1/executions", {
       workflow: "OrderProcessing",
@@ -408,8 +508,7 @@ async function bench(store: "sqlite" | "postgres") {
       server: allCpu(),
       main: cpuSeconds(server.pid, server.pid),
       mainWaiting: runQueueSeconds(server.pid, server.pid),
-      workers: workers.map((w) => cpuSeconds(w.pid)),
-      python: pythonWorkers.map((w) => cpuSeconds(w.pid)),
+      byWorker: allWorkers.map((w) => cpuSeconds(w.pid)),
     };
     const machine0 = machineCpuSeconds();
     const bench0 = cpuSeconds(Deno.pid);
@@ -429,9 +528,39 @@ async function bench(store: "sqlite" | "postgres") {
     const serverCpu = allCpu() - cpu0.server;
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
     const mainWaiting = runQueueSeconds(server.pid, server.pid) - cpu0.mainWaiting;
-    const workerCpu = workers.reduce((sum, w, i) => sum + cpuSeconds(w.pid) - cpu0.workers[i]!, 0) +
-      pythonWorkers.reduce((sum, w, i) => sum + cpuSeconds(w.pid) - cpu0.python[i]!, 0);
+    /** Each language's worker CPU seconds during the run (the workers' total is their sum). */
+    const cpuByLanguage = new Map<string, number>(languages.map((l) => [l, 0]));
+    allWorkers.forEach((w, i) => {
+      cpuByLanguage.set(
+        w.language,
+        cpuByLanguage.get(w.language)! + cpuSeconds(w.pid) - cpu0.byWorker[i]!,
+      );
+    });
+    const workerCpu = [...cpuByLanguage.values()].reduce((a, b) => a + b, 0);
     const counters = await allCounters();
+    // Several languages: the task attempts each one's workers ran in the measured orders (the
+    // StepDispatched events of their histories, by worker_id), read after the measured window.
+    const tasksByLanguage = mixed ? new Map<string, number>(languages.map((l) => [l, 0])) : null;
+    if (tasksByLanguage) {
+      let next = 0;
+      await Promise.all(Array.from({ length: 8 }, async () => {
+        while (next < ORDERS) {
+          const id = `bench-${next++}`;
+          let after = 0;
+          for (;;) {
+            const r = await c.get(`/v1/executions/${id}/history?after_seq=${after}&limit=1000`);
+            if (r.status !== 200) throw new Error(`history of ${id}: ${r.status}`);
+            for (const e of r.body.events) {
+              if (e.type !== "StepDispatched") continue;
+              const l = languageOf(e.worker_id);
+              tasksByLanguage.set(l, (tasksByLanguage.get(l) ?? 0) + 1);
+            }
+            if (!r.body.next_after_seq) break;
+            after = r.body.next_after_seq;
+          }
+        }
+      }));
+    }
     const cycles = await Promise.all(workers.map((w) => w.cycle()));
     // Several workers: the figures of the one with the most samples.
     const cycle = cycles.sort((a, b) => b.n - a.n)[0]!;
@@ -448,6 +577,9 @@ async function bench(store: "sqlite" | "postgres") {
       clients: CLIENTS,
       ts_workers: workers.length,
       python_workers: pyCount,
+      go_workers: COMPILED_COUNTS.get("go")!,
+      rust_workers: COMPILED_COUNTS.get("rust")!,
+      csharp_workers: COMPILED_COUNTS.get("csharp")!,
       waiting: WAITING,
       orders_per_s: Math.round((ORDERS / seconds) * 10) / 10,
       p50_ms: Math.round(pct(latencies, 0.5)),
@@ -459,6 +591,20 @@ async function bench(store: "sqlite" | "postgres") {
       worker_cpu_s: round(workerCpu, 2),
       server_cpu_ms_per_order: round((serverCpu * 1000) / ORDERS, 2),
       worker_cpu_ms_per_order: round((workerCpu * 1000) / ORDERS, 2),
+      // Several languages: each one's workers' CPU per order, and the task attempts they ran.
+      worker_cpu_ms_per_order_by_language: mixed
+        ? Object.fromEntries(
+          [...cpuByLanguage].map(([l, s]) => [l, round((s * 1000) / ORDERS, 2)]),
+        )
+        : null,
+      tasks_by_language: tasksByLanguage ? Object.fromEntries(tasksByLanguage) : null,
+      worker_cpu_ms_per_task_by_language: tasksByLanguage
+        ? Object.fromEntries(
+          [...cpuByLanguage].map((
+            [l, s],
+          ) => [l, tasksByLanguage.get(l) ? round((s * 1000) / tasksByLanguage.get(l)!, 3) : null]),
+        )
+        : null,
       machine_cpu_ms_per_order: round((machineCpu * 1000) / ORDERS, 2),
       // This process: the 64 clients, and in shared mode the proxy in front of the servers.
       bench_cpu_ms_per_order: round((benchCpu * 1000) / ORDERS, 2),
@@ -497,6 +643,7 @@ async function bench(store: "sqlite" | "postgres") {
     client.close();
     for (const w of workers) await w.kill(WORKER_PROF ? "SIGTERM" : "SIGKILL");
     for (const w of pythonWorkers) await w.kill("SIGKILL");
+    for (const w of compiledWorkers) await w.process.kill("SIGKILL");
     await cluster.kill(Deno.env.get("ORBIT_BENCH_CPU_PROF") ? "SIGTERM" : "SIGKILL");
   }
 }
@@ -512,8 +659,10 @@ for (const s of stores) {
   results.push(r);
   console.log(
     `${r.store}: ${r.orders_per_s} orders/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms, server peak RSS ${r.server_peak_rss_mb} MB, ${r.server_rss_mb_after} MB after (${r.orders} orders, ${r.clients} clients, workers: ${r.ts_workers} TypeScript, ${r.python_workers} Python${
-      r.waiting ? `, ${r.waiting} executions waiting` : ""
-    }${r.warmup ? `, after ${r.warmup} warm-up orders` : ""}; ${r.seconds} s)\n` +
+      COMPILED.map((l) => `, ${r[`${l}_workers`]} ${LANGUAGE_NAMES[l]}`).join("")
+    }${r.waiting ? `, ${r.waiting} executions waiting` : ""}${
+      r.warmup ? `, after ${r.warmup} warm-up orders` : ""
+    }; ${r.seconds} s)\n` +
       `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s; PostgreSQL ${r.postgres_cpu_ms_per_order} ms, this bench's clients${
         SHARED > 0 && !values["no-proxy"] ? " and proxy" : ""
       } ${r.bench_cpu_ms_per_order} ms per order)\n` +
@@ -523,6 +672,17 @@ for (const s of stores) {
         Math.round(r.main_thread_cpu_share * 100)
       } %, waiting for a core ${Math.round(r.main_thread_waiting_for_cpu_share * 100)} %)`,
   );
+  if (r.worker_cpu_ms_per_order_by_language) {
+    console.log(
+      `  worker CPU per order by language: ${
+        Object.entries(r.worker_cpu_ms_per_order_by_language).map(([l, ms]) =>
+          `${LANGUAGE_NAMES[l]} ${ms} ms (${r.tasks_by_language?.[l] ?? 0} tasks, ${
+            r.worker_cpu_ms_per_task_by_language?.[l] ?? "–"
+          } ms per task)`
+        ).join(", ")
+      }`,
+    );
+  }
   if (r.postgres_cpu_ms_per_order_by_role) {
     const roles = Object.entries(r.postgres_cpu_ms_per_order_by_role).sort((a, b) => b[1] - a[1]);
     console.log(
