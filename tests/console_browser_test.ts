@@ -84,8 +84,12 @@ const APPROVAL = {
 };
 
 /** Debian's chromium, headless, with its profile under `dir` (removed with the test's files). */
-function launchChromium(dir: string): Promise<BrowserContext> {
+function launchChromium(
+  dir: string,
+  more: { locale?: string; timezoneId?: string } = {},
+): Promise<BrowserContext> {
   return chromium.launchPersistentContext(`${dir}/chromium-profile`, {
+    ...more,
     executablePath: CHROMIUM,
     headless: true,
     viewport: { width: 1360, height: 900 },
@@ -415,6 +419,82 @@ Deno.test({
       assert.equal(new URL(page.url()).pathname, "/executions");
       await page.evaluate("globalThis.__release()");
       await page.locator("h1", { hasText: "Executions" }).waitFor();
+    } finally {
+      await context?.close();
+      await server.kill("SIGKILL");
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+/** A signal wait with a day's timeout in a workflow with its own timeout. */
+const TIMERS = {
+  ir: "orbit-ir/2",
+  name: "Timers",
+  version: "1.0.0",
+  timeout_s: 172800,
+  signals: {
+    approved: {
+      schema: {
+        type: "object",
+        required: ["by"],
+        properties: { by: { type: "string" } },
+      },
+    },
+  },
+  steps: [
+    { id: "approval", wait_signal: "approved", timeout_s: 86400 },
+    { id: "done", return: "{% $signal %}" },
+  ],
+};
+
+Deno.test({
+  name: "console: what a new user hit (issue 38)",
+  ignore: !hasChromium,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async (t) => {
+    const dir = await tempDir();
+    const server = await startServer({ db: `${dir}/orbit.db`, args: ["--token", TOKEN] });
+    const c = api(server.url, TOKEN);
+    let context: BrowserContext | null = null;
+    try {
+      assert.equal((await c.post("/v1/workflows", TIMERS)).status, 201);
+      const started = await c.post("/v1/executions", {
+        workflow: "Timers",
+        execution_id: "timer-1",
+        input: {},
+      });
+      assert.equal(started.status, 201, JSON.stringify(started.body));
+      context = await launchChromium(dir, { locale: "en-US", timezoneId: "UTC" });
+      const page = context.pages()[0] ?? await context.newPage();
+      const pageErrors: string[] = [];
+      page.on("pageerror", (e) => pageErrors.push(e.message));
+      page.setDefaultTimeout(30_000);
+      await page.addInitScript((token) => sessionStorage.setItem("orbit-token", token), TOKEN);
+
+      await t.step("a timer a day or two off shows its date, and how far off it is", async () => {
+        const history = await c.get("/v1/executions/timer-1/history");
+        const timers = history.body.events.filter((e: { type: string }) =>
+          e.type === "TimerStarted"
+        );
+        assert.equal(timers.length, 2, JSON.stringify(history.body)); // the step's, the workflow's
+        await page.goto(`${server.url}/executions/timer-1`);
+        const rows = page.locator("table.history tr", { hasText: "TimerStarted" });
+        await waitFor(async () => (await rows.count()) === 2, "two TimerStarted rows");
+        for (const [i, timer] of timers.entries()) {
+          const hours = Math.round((timer.fire_at_ms - timer.time_ms) / 3_600_000);
+          const day = new Date(timer.fire_at_ms).toLocaleDateString("en-US", {
+            dateStyle: "medium",
+            timeZone: "UTC",
+          });
+          const text = await rows.nth(i).locator("summary").innerText();
+          assert.ok(text.includes(`timeout until ${day}, `), `${text} (expected ${day})`);
+          assert.match(text, new RegExp(`\\(in (${hours - 1} h \\d\\d|${hours} h 00) m\\)$`));
+        }
+      });
+
+      assert.deepEqual(pageErrors, []);
     } finally {
       await context?.close();
       await server.kill("SIGKILL");

@@ -63,12 +63,21 @@ export function interceptLinks(): void {
 // ------------------------------------------------------------------------------------------
 // Display helpers
 
+const DATE_TIME = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+
+/**
+ * A date and time in local time, the month by name: "Dec 7, 2026, 6:01:22 PM" (never a time of
+ * day alone, and never 07/12 that reads as July in another locale).
+ */
+export function dateTime(ms: number): string {
+  return DATE_TIME.format(new Date(ms));
+}
+
 /** A time in local time, the ISO value on hover (and in `datetime`). */
 export function Time({ ms }: { ms: number | null | undefined }) {
   if (typeof ms !== "number") return html`<span class="muted">–</span>`;
-  const d = new Date(ms);
-  const iso = d.toISOString();
-  return html`<time datetime=${iso} title=${iso}>${d.toLocaleString()}</time>`;
+  const iso = new Date(ms).toISOString();
+  return html`<time datetime=${iso} title=${iso}>${dateTime(ms)}</time>`;
 }
 
 export function duration(ms: number): string {
