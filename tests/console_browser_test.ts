@@ -471,6 +471,26 @@ Deno.test({
       const pageErrors: string[] = [];
       page.on("pageerror", (e) => pageErrors.push(e.message));
       page.setDefaultTimeout(30_000);
+
+      await t.step("a refused token is shown refused, not ✓", async () => {
+        await page.goto(`${server.url}/executions`);
+        const button = page.locator("header button.link");
+        await page.getByLabel("Token", { exact: true }).fill("wrong-token");
+        await page.getByRole("button", { name: "Use token" }).click();
+        await page.locator("main .error", { hasText: "UNAUTHORIZED" }).waitFor();
+        await waitFor(
+          async () => (await button.innerText()) === "Token ✗ refused",
+          "the token shown refused",
+          10_000,
+        ).catch(async (e) => {
+          throw new Error(`${e.message}; the button says ${await button.innerText()}`);
+        });
+        await page.getByLabel("Token", { exact: true }).fill(TOKEN);
+        await page.getByRole("button", { name: "Use token" }).click();
+        await page.getByRole("link", { name: "timer-1" }).waitFor();
+        await waitFor(async () => (await button.innerText()) === "Token ✓", "the token taken");
+      });
+      // The steps below have the token whatever became of the one above.
       await page.addInitScript((token) => sessionStorage.setItem("orbit-token", token), TOKEN);
 
       await t.step("a timer a day or two off shows its date, and how far off it is", async () => {
