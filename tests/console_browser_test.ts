@@ -514,6 +514,21 @@ Deno.test({
         }
       });
 
+      await t.step("a refused signal shows its problems, each where it is", async () => {
+        await page.goto(`${server.url}/executions/timer-1`);
+        await page.locator('select[name="signal"]').selectOption("approved");
+        await page.getByLabel("Payload (JSON)").fill('{"by": 5}');
+        await page.getByRole("button", { name: "Send signal" }).click();
+        const error = page.locator("form.signal .error", { hasText: "SIGNAL_PAYLOAD_INVALID" });
+        await error.waitFor();
+        await error.locator("li", { hasText: "$.payload.by" }).waitFor({ timeout: 5_000 })
+          .catch(async (e) => {
+            throw new Error(`${e.message}; the error says: ${await error.innerText()}`);
+          });
+        assert.match(await error.locator("li").innerText(), /^\$\.payload\.by\s+must be string$/);
+        assert.equal((await c.get("/v1/executions/timer-1")).body.status, "running");
+      });
+
       assert.deepEqual(pageErrors, []);
     } finally {
       await context?.close();

@@ -43,11 +43,31 @@ function answered(sent: string, status: number): void {
   else if (sent) setTokenState("accepted");
 }
 
-/** An API answer that was not 2xx, with the API's code (or NETWORK for no answer at all). */
+/** One thing wrong with a request, where it is: `{"path": "$.payload.by", "message": …}`. */
+export interface Problem {
+  path: string;
+  message: string;
+}
+
+/**
+ * An API answer that was not 2xx, with the API's code (or NETWORK for no answer at all) and the
+ * `problems` list a refused document or payload comes with.
+ */
 export class ApiError extends Error {
-  constructor(readonly status: number, readonly code: string, message: string) {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly problems: Problem[] = [],
+  ) {
     super(message);
   }
+}
+
+function problemsOf(err: { problems?: unknown } | undefined): Problem[] {
+  if (!Array.isArray(err?.problems)) return [];
+  return err.problems.filter((p): p is Problem => typeof p === "object" && p !== null)
+    .map((p) => ({ path: String(p.path ?? ""), message: String(p.message ?? "") }));
 }
 
 /** Listeners told when the server asks for credentials (the shell shows the token form). */
@@ -94,9 +114,15 @@ export async function api<T = unknown>(
       data = text;
     }
     if (r.ok) return data as T;
-    const err = (data as { error?: { code?: string; message?: string } } | null)?.error;
+    const err = (data as { error?: { code?: string; message?: string; problems?: unknown } } | null)
+      ?.error;
     if (r.status === 401) authNeeded.forEach((f) => f());
-    throw new ApiError(r.status, err?.code ?? `HTTP_${r.status}`, err?.message ?? String(text));
+    throw new ApiError(
+      r.status,
+      err?.code ?? `HTTP_${r.status}`,
+      err?.message ?? String(text),
+      problemsOf(err),
+    );
   }
 }
 

@@ -98,12 +98,21 @@ export function Status({ status }: { status: string }) {
   return html`<span class="status s-${status}">${status}</span>`;
 }
 
-/** An API error as its code and message; anything else as its message. */
+/**
+ * An API error as its code and message, and each of its problems (a refused payload: where,
+ * and what is wrong there); anything else as its message.
+ */
 export function ErrorBox({ error }: { error: unknown }) {
   if (!error) return null;
   const code = error instanceof ApiError ? error.code : "ERROR";
   const message = error instanceof Error ? error.message : String(error);
-  return html`<div class="error" role="alert"><code class="code">${code}</code> ${message}</div>`;
+  const problems = error instanceof ApiError ? error.problems : [];
+  const list = problems.length === 0
+    ? null
+    : html`<ul class="problems">${
+      problems.map((p) => html`<li><code>${p.path}</code> ${p.message}</li>`)
+    }</ul>`;
+  return html`<div class="error" role="alert"><code class="code">${code}</code> ${message}${list}</div>`;
 }
 
 /** Pretty JSON as text (never HTML). */
