@@ -529,6 +529,15 @@ Deno.test({
         assert.equal((await c.get("/v1/executions/timer-1")).body.status, "running");
       });
 
+      await t.step("an unknown page is the console's not-found page, with 404", async () => {
+        const r = await page.goto(`${server.url}/no/such-page`);
+        assert.equal(r?.status(), 404);
+        await page.getByRole("heading", { name: "Page not found" }).waitFor({ timeout: 5_000 });
+        assert.match(await page.locator("main").innerText(), /no page at \/no\/such-page/);
+        await page.getByRole("navigation").getByRole("link", { name: "Workers" }).click();
+        await page.getByRole("heading", { name: "Workers" }).waitFor();
+      });
+
       assert.deepEqual(pageErrors, []);
     } finally {
       await context?.close();

@@ -76,7 +76,11 @@ function Page({ path, query }: { path: string; query: URLSearchParams }) {
     case "cluster":
       return html`<${ClusterPage} />`;
     default:
-      return html`<p>No page at <code>${path}</code>. <a href="/executions">Executions</a></p>`;
+      // The server answers such a path with 404 and this page: the console says so itself.
+      return html`
+        <h1>Page not found</h1>
+        <p>The console has no page at <code>${path}</code>. <a href="/executions">Executions</a></p>
+      `;
   }
 }
 
