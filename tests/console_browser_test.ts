@@ -6,7 +6,11 @@
  * query, cancels (compensations drawn), pauses and resumes a schedule, shows a worker id full of
  * HTML as text, shows an API error with its code, and draws a workflow's IR as a step graph.
  *
- * With ORBIT_SCREENSHOTS=docs it also writes the README's screenshots to docs/.
+ * A third test holds what a new user hit (issue 38): a refused token shown refused, a timer's
+ * date, a refused signal's problems, the console's own not-found page, and a 420 px window.
+ *
+ * With ORBIT_SCREENSHOTS=docs it also writes the README's screenshots to docs/; with
+ * ORBIT_NARROW_SHOTS=DIR the 420 px pages to DIR.
  * Skipped (loudly) only when /usr/bin/chromium is absent; .ci/run installs it.
  */
 import assert from "node:assert/strict";
@@ -18,6 +22,8 @@ const CHROMIUM = "/usr/bin/chromium";
 const TOKEN = "console-test-token";
 const ROOT = new URL("../", import.meta.url).pathname;
 const SHOTS = Deno.env.get("ORBIT_SCREENSHOTS") === "docs" ? `${ROOT}docs` : null;
+/** ORBIT_NARROW_SHOTS=DIR: the 420 px pages as screenshots in DIR, to look at. */
+const NARROW_SHOTS = Deno.env.get("ORBIT_NARROW_SHOTS") ?? null;
 const hasChromium = (() => {
   try {
     return Deno.statSync(CHROMIUM).isFile;
@@ -427,6 +433,32 @@ Deno.test({
   },
 });
 
+/**
+ * Evaluated in the page: what is wider than the window, but for what scrolls inside its own box
+ * (a table in its scroller): descriptions, none when the page fits.
+ */
+const OVERFLOWING = `(() => {
+  const width = document.documentElement.clientWidth;
+  const out = [];
+  if (document.documentElement.scrollWidth > width) {
+    out.push("the page is " + document.documentElement.scrollWidth + " px wide");
+  }
+  const inScroller = (el) => {
+    for (let p = el.parentElement; p; p = p.parentElement) {
+      const x = getComputedStyle(p).overflowX;
+      if (x === "auto" || x === "scroll") return p.getBoundingClientRect().right <= width + 0.5;
+    }
+    return false;
+  };
+  for (const el of document.querySelectorAll("header *, main *")) {
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > width + 0.5 && !inScroller(el)) {
+      out.push(el.tagName.toLowerCase() + "." + el.className + " ends at " + Math.round(r.right));
+    }
+  }
+  return out;
+})()`;
+
 /** A signal wait with a day's timeout in a workflow with its own timeout. */
 const TIMERS = {
   ir: "orbit-ir/2",
@@ -459,13 +491,33 @@ Deno.test({
     const c = api(server.url, TOKEN);
     let context: BrowserContext | null = null;
     try {
-      assert.equal((await c.post("/v1/workflows", TIMERS)).status, 201);
+      for (const doc of [TIMERS, APPROVAL]) {
+        assert.equal((await c.post("/v1/workflows", doc)).status, 201);
+      }
       const started = await c.post("/v1/executions", {
         workflow: "Timers",
         execution_id: "timer-1",
         input: {},
       });
       assert.equal(started.status, 201, JSON.stringify(started.body));
+      // Long names, for the narrow window.
+      const reg = await c.post("/v1/workers/register", {
+        worker_id: "fulfilment-worker-eu-west-1-a-7f9c2d4e-long-hostname.internal",
+        runtime: "typescript",
+        tasks: [
+          { name: "warehouse.pick-and-pack-with-a-long-name", contract: "1" },
+          { name: "warehouse.ship", contract: "2" },
+        ],
+        concurrency: 4,
+      });
+      assert.equal(reg.status, 200, JSON.stringify(reg.body));
+      const sched = await c.post("/v1/schedules", {
+        schedule_id: "nightly-timers-for-every-region-of-the-world",
+        workflow: "Timers",
+        input: {},
+        every_s: 86400,
+      });
+      assert.equal(sched.status, 201, JSON.stringify(sched.body));
       context = await launchChromium(dir, { locale: "en-US", timezoneId: "UTC" });
       const page = context.pages()[0] ?? await context.newPage();
       const pageErrors: string[] = [];
@@ -537,6 +589,37 @@ Deno.test({
         await page.getByRole("navigation").getByRole("link", { name: "Workers" }).click();
         await page.getByRole("heading", { name: "Workers" }).waitFor();
       });
+
+      await t.step(
+        "at 420 px the page fits: the nav wraps, tables scroll in their box",
+        async () => {
+          await page.setViewportSize({ width: 420, height: 900 });
+          const pages: Array<[string, string]> = [
+            ["/executions", "table.list tbody tr a"],
+            ["/executions/timer-1", "table.history tbody tr"],
+            ["/workflows", "table.list tbody tr a"],
+            ["/workflows/OrderApproval/1.0.0", ".graph .branch"],
+            ["/workers", "table.list td.id"],
+            ["/schedules", "table.list tbody tr"],
+            ["/cluster", ".card"],
+          ];
+          const overflowing: string[] = [];
+          for (const [path, ready] of pages) {
+            await page.goto(`${server.url}${path}`);
+            await page.locator(ready).first().waitFor();
+            if (NARROW_SHOTS) {
+              await page.screenshot({
+                path: `${NARROW_SHOTS}/narrow${path.replaceAll("/", "_")}.png`,
+                fullPage: true,
+              });
+            }
+            const wide = await page.evaluate(OVERFLOWING) as string[];
+            if (wide.length > 0) overflowing.push(`${path}: ${wide.slice(0, 5).join("; ")}`);
+          }
+          await page.setViewportSize({ width: 1360, height: 900 });
+          assert.deepEqual(overflowing, []);
+        },
+      );
 
       assert.deepEqual(pageErrors, []);
     } finally {

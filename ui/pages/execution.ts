@@ -313,17 +313,18 @@ function detail(e: HistoryEvent, now: number): string {
 
 function HistoryTable({ events, now }: { events: HistoryEvent[]; now: number }) {
   return html`
-    <table class="history">
-      <thead>
-        <tr>
-          <th>Seq</th>
-          <th>Time</th>
-          <th>Type</th>
-          <th>Step</th>
-          <th>Detail</th>
-        </tr>
-      </thead>
-      <tbody>
+    <div class="table-scroll">
+      <table class="history">
+        <thead>
+          <tr>
+            <th>Seq</th>
+            <th>Time</th>
+            <th>Type</th>
+            <th>Step</th>
+            <th>Detail</th>
+          </tr>
+        </thead>
+        <tbody>
           ${events.map((e) =>
             html`
               <tr key=${e.seq}>
@@ -347,6 +348,7 @@ function HistoryTable({ events, now }: { events: HistoryEvent[]; now: number }) 
             `
           )}
         </tbody>
-    </table>
+      </table>
+    </div>
   `;
 }
