@@ -16,7 +16,7 @@ import { createApp } from "./routes/app.ts";
 import { serveHttp } from "./lib/http_server.ts";
 import { hostPolicy } from "./routes/browsers.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
-import { registerClientCommands } from "./lib/cli/commands.ts";
+import { registerClientCommands } from "./cli/commands.ts";
 import { parseWorkersFile, type WorkersFile } from "./lib/workers/identities.ts";
 import { settledBy } from "./lib/with_timeout.ts";
 import { configureExpressions, DEFAULT_EXPRESSION_BUDGET } from "./lib/engine/expr.ts";

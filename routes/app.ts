@@ -21,7 +21,7 @@ import { executionRoutes } from "./executions.ts";
 import { workerRoutes } from "./workers.ts";
 import { taskRoutes } from "./tasks.ts";
 import { scheduleRoutes } from "./schedules.ts";
-import { uiRoutes } from "./ui.ts";
+import { consoleNotFound, uiRoutes } from "./ui.ts";
 import { unauthorized, WORKER_ROUTES, workerAuth } from "./worker_auth.ts";
 import { hostGuard, type HostPolicy, jsonBodies } from "./browsers.ts";
 
@@ -132,8 +132,10 @@ export function createApp(rt: Runtime, opts: AppOptions): Hono {
     log.server.error("unhandled error", { error: (err as Error).stack ?? String(err) });
     return errorResponse(new OrbitError(500, "INTERNAL", "internal error; see the server log"));
   });
+  // An unknown console path answers the console (its not-found view, 404); the API, JSON.
   app.notFound((c) =>
-    errorResponse(new OrbitError(404, "NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`))
+    (opts.ui ? consoleNotFound(c) : null) ??
+      errorResponse(new OrbitError(404, "NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`))
   );
 
   app.use(async (c, next) => {

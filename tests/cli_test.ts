@@ -352,6 +352,39 @@ Deno.test("orbit CLI against a real server", async (t) => {
       assert.match(r.stderr, /^error: UNKNOWN_EXECUTION: /m);
     });
 
+    await t.step(
+      "executions pending and show: the workflow's timeout, not a step's \"no timeout\"",
+      async () => {
+        const deadline = {
+          ir: "orbit-ir/2",
+          name: "Deadline",
+          version: "1.0.0",
+          timeout_s: 7200,
+          signals: { approved: {} },
+          steps: [{ id: "approval", wait_signal: "approved" }, { id: "done", return: 1 }],
+        };
+        assert.equal((await api(url).post("/v1/workflows", deadline)).status, 201);
+        expectCode(await orbit(["start", "Deadline", "--id", "deadline-1", ...s]), 0);
+        const at = String.raw`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \(in (1h59m|2h00m)\)`;
+        let r = await orbit(["executions", "pending", "deadline-1", ...s]);
+        expectCode(r, 0);
+        const row = lineWith(r.stdout, "WAITING_FOR_SIGNAL");
+        assert.doesNotMatch(row, /; no timeout$/);
+        assert.match(row, /no timeout of its own \(the workflow times out at \S+Z\)$/);
+        assert.match(r.stdout, new RegExp(`^the workflow times out at ${at}$`, "m"));
+        r = await orbit(["executions", "show", "deadline-1", ...s]);
+        expectCode(r, 0);
+        assert.match(r.stdout, new RegExp(`^timeout +${at}$`, "m"));
+        // Without a timeout: said so.
+        r = await orbit(["executions", "pending", "cli-1", ...s]);
+        expectCode(r, 0);
+        assert.match(r.stdout, /^the workflow has no timeout$/m);
+        r = await orbit(["executions", "show", "cli-1", ...s]);
+        expectCode(r, 0);
+        assert.match(r.stdout, /^timeout +none$/m);
+      },
+    );
+
     await t.step("executions history: seq time type step attempt lines, and --json", async () => {
       let r = await orbit(["executions", "history", "cli-1", ...s]);
       expectCode(r, 0);

@@ -6,7 +6,11 @@
  * query, cancels (compensations drawn), pauses and resumes a schedule, shows a worker id full of
  * HTML as text, shows an API error with its code, and draws a workflow's IR as a step graph.
  *
- * With ORBIT_SCREENSHOTS=docs it also writes the console's screenshots (docs/operations.md, "Console") to docs/.
+ * A third test holds what a new user hit (issue 38): a refused token shown refused, a timer's
+ * date, a refused signal's problems, the console's own not-found page, and a 420 px window.
+ *
+ * With ORBIT_SCREENSHOTS=docs it also writes the console's screenshots (docs/operations.md, "Console") to docs/; with
+ * ORBIT_NARROW_SHOTS=DIR the 420 px pages to DIR.
  * Skipped (loudly) only when /usr/bin/chromium is absent; .ci/run installs it.
  */
 import assert from "node:assert/strict";
@@ -18,6 +22,8 @@ const CHROMIUM = "/usr/bin/chromium";
 const TOKEN = "console-test-token";
 const ROOT = new URL("../", import.meta.url).pathname;
 const SHOTS = Deno.env.get("ORBIT_SCREENSHOTS") === "docs" ? `${ROOT}docs` : null;
+/** ORBIT_NARROW_SHOTS=DIR: the 420 px pages as screenshots in DIR, to look at. */
+const NARROW_SHOTS = Deno.env.get("ORBIT_NARROW_SHOTS") ?? null;
 const hasChromium = (() => {
   try {
     return Deno.statSync(CHROMIUM).isFile;
@@ -84,8 +90,12 @@ const APPROVAL = {
 };
 
 /** Debian's chromium, headless, with its profile under `dir` (removed with the test's files). */
-function launchChromium(dir: string): Promise<BrowserContext> {
+function launchChromium(
+  dir: string,
+  more: { locale?: string; timezoneId?: string } = {},
+): Promise<BrowserContext> {
   return chromium.launchPersistentContext(`${dir}/chromium-profile`, {
+    ...more,
     executablePath: CHROMIUM,
     headless: true,
     viewport: { width: 1360, height: 900 },
@@ -415,6 +425,203 @@ Deno.test({
       assert.equal(new URL(page.url()).pathname, "/executions");
       await page.evaluate("globalThis.__release()");
       await page.locator("h1", { hasText: "Executions" }).waitFor();
+    } finally {
+      await context?.close();
+      await server.kill("SIGKILL");
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+/**
+ * Evaluated in the page: what is wider than the window, but for what scrolls inside its own box
+ * (a table in its scroller): descriptions, none when the page fits.
+ */
+const OVERFLOWING = `(() => {
+  const width = document.documentElement.clientWidth;
+  const out = [];
+  if (document.documentElement.scrollWidth > width) {
+    out.push("the page is " + document.documentElement.scrollWidth + " px wide");
+  }
+  const inScroller = (el) => {
+    for (let p = el.parentElement; p; p = p.parentElement) {
+      const x = getComputedStyle(p).overflowX;
+      if (x === "auto" || x === "scroll") return p.getBoundingClientRect().right <= width + 0.5;
+    }
+    return false;
+  };
+  for (const el of document.querySelectorAll("header *, main *")) {
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > width + 0.5 && !inScroller(el)) {
+      out.push(el.tagName.toLowerCase() + "." + el.className + " ends at " + Math.round(r.right));
+    }
+  }
+  return out;
+})()`;
+
+/** A signal wait with a day's timeout in a workflow with its own timeout. */
+const TIMERS = {
+  ir: "orbit-ir/2",
+  name: "Timers",
+  version: "1.0.0",
+  timeout_s: 172800,
+  signals: {
+    approved: {
+      schema: {
+        type: "object",
+        required: ["by"],
+        properties: { by: { type: "string" } },
+      },
+    },
+  },
+  steps: [
+    { id: "approval", wait_signal: "approved", timeout_s: 86400 },
+    { id: "done", return: "{% $signal %}" },
+  ],
+};
+
+Deno.test({
+  name: "console: what a new user hit (issue 38)",
+  ignore: !hasChromium,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async (t) => {
+    const dir = await tempDir();
+    const server = await startServer({ db: `${dir}/orbit.db`, args: ["--token", TOKEN] });
+    const c = api(server.url, TOKEN);
+    let context: BrowserContext | null = null;
+    try {
+      for (const doc of [TIMERS, APPROVAL]) {
+        assert.equal((await c.post("/v1/workflows", doc)).status, 201);
+      }
+      const started = await c.post("/v1/executions", {
+        workflow: "Timers",
+        execution_id: "timer-1",
+        input: {},
+      });
+      assert.equal(started.status, 201, JSON.stringify(started.body));
+      // Long names, for the narrow window.
+      const reg = await c.post("/v1/workers/register", {
+        worker_id: "fulfilment-worker-eu-west-1-a-7f9c2d4e-long-hostname.internal",
+        runtime: "typescript",
+        tasks: [
+          { name: "warehouse.pick-and-pack-with-a-long-name", contract: "1" },
+          { name: "warehouse.ship", contract: "2" },
+        ],
+        concurrency: 4,
+      });
+      assert.equal(reg.status, 200, JSON.stringify(reg.body));
+      const sched = await c.post("/v1/schedules", {
+        schedule_id: "nightly-timers-for-every-region-of-the-world",
+        workflow: "Timers",
+        input: {},
+        every_s: 86400,
+      });
+      assert.equal(sched.status, 201, JSON.stringify(sched.body));
+      context = await launchChromium(dir, { locale: "en-US", timezoneId: "UTC" });
+      const page = context.pages()[0] ?? await context.newPage();
+      const pageErrors: string[] = [];
+      page.on("pageerror", (e) => pageErrors.push(e.message));
+      page.setDefaultTimeout(30_000);
+
+      await t.step("a refused token is shown refused, not ✓", async () => {
+        await page.goto(`${server.url}/executions`);
+        const button = page.locator("header button.link");
+        await page.getByLabel("Token", { exact: true }).fill("wrong-token");
+        await page.getByRole("button", { name: "Use token" }).click();
+        await page.locator("main .error", { hasText: "UNAUTHORIZED" }).waitFor();
+        await waitFor(
+          async () => (await button.innerText()) === "Token ✗ refused",
+          "the token shown refused",
+          10_000,
+        ).catch(async (e) => {
+          throw new Error(`${e.message}; the button says ${await button.innerText()}`);
+        });
+        await page.getByLabel("Token", { exact: true }).fill(TOKEN);
+        await page.getByRole("button", { name: "Use token" }).click();
+        await page.getByRole("link", { name: "timer-1" }).waitFor();
+        await waitFor(async () => (await button.innerText()) === "Token ✓", "the token taken");
+      });
+      // The steps below have the token whatever became of the one above.
+      await page.addInitScript((token) => sessionStorage.setItem("orbit-token", token), TOKEN);
+
+      await t.step("a timer a day or two off shows its date, and how far off it is", async () => {
+        const history = await c.get("/v1/executions/timer-1/history");
+        const timers = history.body.events.filter((e: { type: string }) =>
+          e.type === "TimerStarted"
+        );
+        assert.equal(timers.length, 2, JSON.stringify(history.body)); // the step's, the workflow's
+        await page.goto(`${server.url}/executions/timer-1`);
+        const rows = page.locator("table.history tr", { hasText: "TimerStarted" });
+        await waitFor(async () => (await rows.count()) === 2, "two TimerStarted rows");
+        for (const [i, timer] of timers.entries()) {
+          const hours = Math.round((timer.fire_at_ms - timer.time_ms) / 3_600_000);
+          const day = new Date(timer.fire_at_ms).toLocaleDateString("en-US", {
+            dateStyle: "medium",
+            timeZone: "UTC",
+          });
+          const text = await rows.nth(i).locator("summary").innerText();
+          assert.ok(text.includes(`timeout until ${day}, `), `${text} (expected ${day})`);
+          assert.match(text, new RegExp(`\\(in (${hours - 1} h \\d\\d|${hours} h 00) m\\)$`));
+        }
+      });
+
+      await t.step("a refused signal shows its problems, each where it is", async () => {
+        await page.goto(`${server.url}/executions/timer-1`);
+        await page.locator('select[name="signal"]').selectOption("approved");
+        await page.getByLabel("Payload (JSON)").fill('{"by": 5}');
+        await page.getByRole("button", { name: "Send signal" }).click();
+        const error = page.locator("form.signal .error", { hasText: "SIGNAL_PAYLOAD_INVALID" });
+        await error.waitFor();
+        await error.locator("li", { hasText: "$.payload.by" }).waitFor({ timeout: 5_000 })
+          .catch(async (e) => {
+            throw new Error(`${e.message}; the error says: ${await error.innerText()}`);
+          });
+        assert.match(await error.locator("li").innerText(), /^\$\.payload\.by\s+must be string$/);
+        assert.equal((await c.get("/v1/executions/timer-1")).body.status, "running");
+      });
+
+      await t.step("an unknown page is the console's not-found page, with 404", async () => {
+        const r = await page.goto(`${server.url}/no/such-page`);
+        assert.equal(r?.status(), 404);
+        await page.getByRole("heading", { name: "Page not found" }).waitFor({ timeout: 5_000 });
+        assert.match(await page.locator("main").innerText(), /no page at \/no\/such-page/);
+        await page.getByRole("navigation").getByRole("link", { name: "Workers" }).click();
+        await page.getByRole("heading", { name: "Workers" }).waitFor();
+      });
+
+      await t.step(
+        "at 420 px the page fits: the nav wraps, tables scroll in their box",
+        async () => {
+          await page.setViewportSize({ width: 420, height: 900 });
+          const pages: Array<[string, string]> = [
+            ["/executions", "table.list tbody tr a"],
+            ["/executions/timer-1", "table.history tbody tr"],
+            ["/workflows", "table.list tbody tr a"],
+            ["/workflows/OrderApproval/1.0.0", ".graph .branch"],
+            ["/workers", "table.list td.id"],
+            ["/schedules", "table.list tbody tr"],
+            ["/cluster", ".card"],
+          ];
+          const overflowing: string[] = [];
+          for (const [path, ready] of pages) {
+            await page.goto(`${server.url}${path}`);
+            await page.locator(ready).first().waitFor();
+            if (NARROW_SHOTS) {
+              await page.screenshot({
+                path: `${NARROW_SHOTS}/narrow${path.replaceAll("/", "_")}.png`,
+                fullPage: true,
+              });
+            }
+            const wide = await page.evaluate(OVERFLOWING) as string[];
+            if (wide.length > 0) overflowing.push(`${path}: ${wide.slice(0, 5).join("; ")}`);
+          }
+          await page.setViewportSize({ width: 1360, height: 900 });
+          assert.deepEqual(overflowing, []);
+        },
+      );
+
+      assert.deepEqual(pageErrors, []);
     } finally {
       await context?.close();
       await server.kill("SIGKILL");

@@ -62,8 +62,8 @@ Deno.test("routes reach storage only through the store interface, never a driver
   }
 });
 
-Deno.test("only main.ts reads the environment (lib, routes, cluster)", async () => {
-  for (const dir of ["lib", "routes", "cluster"]) {
+Deno.test("only main.ts reads the environment (lib, routes, cluster, cli)", async () => {
+  for (const dir of ["lib", "routes", "cluster", "cli"]) {
     for (const { path, text } of await sources(dir)) {
       assert.ok(!text.includes("Deno.env"), `${path} reads Deno.env`);
     }
@@ -88,7 +88,7 @@ Deno.test("lib imports nothing from cluster/ or routes/: the cluster modes are s
 
 Deno.test("no import circles among the sources (type imports included)", async () => {
   const graph = new Map<string, string[]>();
-  for (const dir of ["lib", "cluster", "routes", "chaos", "sdk/typescript", "ui", "bench"]) {
+  for (const dir of ["lib", "cluster", "routes", "cli", "chaos", "sdk/typescript", "ui", "bench"]) {
     for (const { path, text } of await sources(dir)) {
       graph.set(
         path,

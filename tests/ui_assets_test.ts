@@ -63,3 +63,52 @@ Deno.test("the console is served at every console path with a strict CSP, and no
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("an unknown page answers the console (its not-found view) with 404; the API answers JSON", async () => {
+  const dir = await Deno.makeTempDir();
+  const store = await openSqliteStore(`${dir}/orbit.db`);
+  await store.migrate();
+  const rt = new Runtime(store, { sessionTimeoutMs: 30_000, maxActiveExecutions: null });
+  try {
+    const app = createApp(rt, { token: "secret", maxBodyBytes: 1 << 20, ui: true });
+    const html = { accept: "text/html,application/xhtml+xml,*/*;q=0.8" };
+    for (const path of ["/nope", "/executionz/x", "/a/b/c?d=1"]) {
+      for (const method of ["GET", "HEAD"]) {
+        const r = await app.request(path, { method, headers: html });
+        assert.equal(r.status, 404, `${method} ${path}`);
+        assert.match(r.headers.get("content-type") ?? "", /^text\/html/, path);
+        assert.match(r.headers.get("content-security-policy") ?? "", /script-src 'self'/, path);
+        const body = await r.text();
+        assert.equal(body, method === "GET" ? UI_HTML : "", `${method} ${path}`);
+      }
+    }
+    // The API, its other versions, the assets, a write, and a client that asks for no HTML:
+    // the API's JSON error.
+    const json = [
+      ["GET", "/v1/nope", html],
+      ["GET", "/v1", html],
+      ["GET", "/v2/executions", html],
+      ["GET", "/ui/nope.js", html],
+      ["POST", "/nope", html],
+      ["GET", "/nope", {}],
+      ["GET", "/nope", { accept: "application/json" }],
+    ] as const;
+    for (const [method, path, headers] of json) {
+      const r = await app.request(path, {
+        method,
+        headers: { ...headers, authorization: "Bearer secret" },
+      });
+      assert.equal(r.status, 404, `${method} ${path}`);
+      assert.match(r.headers.get("content-type") ?? "", /^application\/json/, `${method} ${path}`);
+      assert.equal((await r.json()).error.code, "NOT_FOUND", `${method} ${path}`);
+    }
+    // Without the console: JSON everywhere.
+    const off = createApp(rt, { token: null, maxBodyBytes: 1 << 20, ui: false });
+    const r = await off.request("/nope", { headers: html });
+    assert.equal(r.status, 404);
+    assert.equal((await r.json()).error.code, "NOT_FOUND");
+  } finally {
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -13,13 +13,61 @@ export function getToken(): string {
 export function setToken(t: string): void {
   if (t) sessionStorage.setItem(TOKEN_KEY, t);
   else sessionStorage.removeItem(TOKEN_KEY);
+  setTokenState(t ? "unchecked" : "none");
 }
 
-/** An API answer that was not 2xx, with the API's code (or NETWORK for no answer at all). */
+/**
+ * What the server made of the token: none set, not yet used, taken (an answer other than 401
+ * came to a request that carried it), or refused (401). The nav shows this, not merely that a
+ * token is stored.
+ */
+export type TokenState = "none" | "unchecked" | "accepted" | "refused";
+let tokenState: TokenState = getToken() ? "unchecked" : "none";
+/** Listeners told when the token's state changes. */
+export const tokenStates = new Set<(s: TokenState) => void>();
+
+export function getTokenState(): TokenState {
+  return tokenState;
+}
+
+function setTokenState(s: TokenState): void {
+  if (s === tokenState) return;
+  tokenState = s;
+  tokenStates.forEach((f) => f(s));
+}
+
+/** An answer to a request sent with `sent` (the token then): 401 refuses it, others take it. */
+function answered(sent: string, status: number): void {
+  if (sent !== getToken()) return; // the token changed while the request was out
+  if (status === 401) setTokenState(sent ? "refused" : "none");
+  else if (sent) setTokenState("accepted");
+}
+
+/** One thing wrong with a request, where it is: `{"path": "$.payload.by", "message": …}`. */
+export interface Problem {
+  path: string;
+  message: string;
+}
+
+/**
+ * An API answer that was not 2xx, with the API's code (or NETWORK for no answer at all) and the
+ * `problems` list a refused document or payload comes with.
+ */
 export class ApiError extends Error {
-  constructor(readonly status: number, readonly code: string, message: string) {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly problems: Problem[] = [],
+  ) {
     super(message);
   }
+}
+
+function problemsOf(err: { problems?: unknown } | undefined): Problem[] {
+  if (!Array.isArray(err?.problems)) return [];
+  return err.problems.filter((p): p is Problem => typeof p === "object" && p !== null)
+    .map((p) => ({ path: String(p.path ?? ""), message: String(p.message ?? "") }));
 }
 
 /** Listeners told when the server asks for credentials (the shell shows the token form). */
@@ -57,6 +105,7 @@ export async function api<T = unknown>(
       continue;
     }
     connection.forEach((f) => f(false));
+    answered(token, r.status);
     const text = await r.text();
     let data: unknown = null;
     try {
@@ -65,9 +114,15 @@ export async function api<T = unknown>(
       data = text;
     }
     if (r.ok) return data as T;
-    const err = (data as { error?: { code?: string; message?: string } } | null)?.error;
+    const err = (data as { error?: { code?: string; message?: string; problems?: unknown } } | null)
+      ?.error;
     if (r.status === 401) authNeeded.forEach((f) => f());
-    throw new ApiError(r.status, err?.code ?? `HTTP_${r.status}`, err?.message ?? String(text));
+    throw new ApiError(
+      r.status,
+      err?.code ?? `HTTP_${r.status}`,
+      err?.message ?? String(text),
+      problemsOf(err),
+    );
   }
 }
 
@@ -80,6 +135,7 @@ export async function metricsText(): Promise<string> {
   const r = await fetch("/v1/metrics", {
     headers: token ? { authorization: `Bearer ${token}` } : {},
   });
+  answered(token, r.status);
   if (r.status === 401) authNeeded.forEach((f) => f());
   if (!r.ok) throw new ApiError(r.status, `HTTP_${r.status}`, await r.text());
   return await r.text();

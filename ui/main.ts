@@ -6,7 +6,15 @@
  */
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { authNeeded, connection, getToken, setToken } from "./api.ts";
+import {
+  authNeeded,
+  connection,
+  getToken,
+  getTokenState,
+  setToken,
+  type TokenState,
+  tokenStates,
+} from "./api.ts";
 import { html, interceptLinks, useRoute } from "./ui.ts";
 import { ExecutionsPage } from "./pages/executions.ts";
 import { ExecutionPage } from "./pages/execution.ts";
@@ -42,6 +50,14 @@ function TokenForm({ onDone }: { onDone: () => void }) {
   `;
 }
 
+/** The nav's token button: what the server made of the token, not merely that one is kept. */
+const TOKEN_LABEL: Record<TokenState, { text: string; title: string }> = {
+  none: { text: "Token", title: "No token is set" },
+  unchecked: { text: "Token", title: "A token is set; the server has not answered it yet" },
+  accepted: { text: "Token ✓", title: "The server takes this token" },
+  refused: { text: "Token ✗ refused", title: "The server refused this token (UNAUTHORIZED)" },
+};
+
 function Page({ path, query }: { path: string; query: URLSearchParams }) {
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   switch (parts[0] ?? "executions") {
@@ -60,7 +76,11 @@ function Page({ path, query }: { path: string; query: URLSearchParams }) {
     case "cluster":
       return html`<${ClusterPage} />`;
     default:
-      return html`<p>No page at <code>${path}</code>. <a href="/executions">Executions</a></p>`;
+      // The server answers such a path with 404 and this page: the console says so itself.
+      return html`
+        <h1>Page not found</h1>
+        <p>The console has no page at <code>${path}</code>. <a href="/executions">Executions</a></p>
+      `;
   }
 }
 
@@ -68,6 +88,7 @@ function App() {
   const { path, query } = useRoute();
   const [askToken, setAskToken] = useState(false);
   const [down, setDown] = useState(false);
+  const [tokenState, setTokenState] = useState(getTokenState());
   // Bumped when the token changes: every page loads again.
   const [epoch, setEpoch] = useState(0);
   useEffect(() => {
@@ -75,9 +96,11 @@ function App() {
     const conn = (d: boolean) => setDown(d);
     authNeeded.add(ask);
     connection.add(conn);
+    tokenStates.add(setTokenState);
     return () => {
       authNeeded.delete(ask);
       connection.delete(conn);
+      tokenStates.delete(setTokenState);
     };
   }, []);
   const section = "/" + (path.split("/")[1] || "executions");
@@ -90,9 +113,8 @@ function App() {
           html`<a href=${href} aria-current=${section === href ? "page" : undefined}>${label}</a>`
         )}
       </nav>
-      <button type="button" class="link" onClick=${() => setAskToken(!askToken)}>
-        ${getToken() ? "Token ✓" : "Token"}
-      </button>
+      <button type="button" class=${`link token-${tokenState}`} title=${TOKEN_LABEL[tokenState]
+        .title} onClick=${() => setAskToken(!askToken)}>${TOKEN_LABEL[tokenState].text}</button>
     </header>
     ${down ? html`<div class="banner" role="status">Connection lost, retrying…</div>` : null}
     ${askToken

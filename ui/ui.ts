@@ -63,12 +63,21 @@ export function interceptLinks(): void {
 // ------------------------------------------------------------------------------------------
 // Display helpers
 
+const DATE_TIME = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+
+/**
+ * A date and time in local time, the month by name: "Dec 7, 2026, 6:01:22 PM" (never a time of
+ * day alone, and never 07/12 that reads as July in another locale).
+ */
+export function dateTime(ms: number): string {
+  return DATE_TIME.format(new Date(ms));
+}
+
 /** A time in local time, the ISO value on hover (and in `datetime`). */
 export function Time({ ms }: { ms: number | null | undefined }) {
   if (typeof ms !== "number") return html`<span class="muted">–</span>`;
-  const d = new Date(ms);
-  const iso = d.toISOString();
-  return html`<time datetime=${iso} title=${iso}>${d.toLocaleString()}</time>`;
+  const iso = new Date(ms).toISOString();
+  return html`<time datetime=${iso} title=${iso}>${dateTime(ms)}</time>`;
 }
 
 export function duration(ms: number): string {
@@ -89,12 +98,21 @@ export function Status({ status }: { status: string }) {
   return html`<span class="status s-${status}">${status}</span>`;
 }
 
-/** An API error as its code and message; anything else as its message. */
+/**
+ * An API error as its code and message, and each of its problems (a refused payload: where,
+ * and what is wrong there); anything else as its message.
+ */
 export function ErrorBox({ error }: { error: unknown }) {
   if (!error) return null;
   const code = error instanceof ApiError ? error.code : "ERROR";
   const message = error instanceof Error ? error.message : String(error);
-  return html`<div class="error" role="alert"><code class="code">${code}</code> ${message}</div>`;
+  const problems = error instanceof ApiError ? error.problems : [];
+  const list = problems.length === 0
+    ? null
+    : html`<ul class="problems">${
+      problems.map((p) => html`<li><code>${p.path}</code> ${p.message}</li>`)
+    }</ul>`;
+  return html`<div class="error" role="alert"><code class="code">${code}</code> ${message}${list}</div>`;
 }
 
 /** Pretty JSON as text (never HTML). */

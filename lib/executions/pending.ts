@@ -257,7 +257,11 @@ export class Pending implements ExecutionObserver {
         timeout_at_ms: timeout,
         message: `waiting for signal ${st.signal ?? "?"}` +
           (since !== null ? ` since ${iso(since)}` : "") +
-          (timeout !== null ? `; times out at ${iso(timeout)}` : "; no timeout"),
+          (timeout !== null
+            ? `; times out at ${iso(timeout)}`
+            : s.timeout_at_ms !== null
+            ? `; no timeout of its own (the workflow times out at ${iso(s.timeout_at_ms)})`
+            : "; no timeout"),
       };
     }
     if (st.kind === "sleep") {

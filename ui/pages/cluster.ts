@@ -103,28 +103,30 @@ export function ClusterPage() {
     h?.nodes
       ? html`
         <h2>Nodes</h2>
-        <table class="list">
-          <thead>
-            <tr>
-              <th>Node</th>
-              <th>Address</th>
-              <th>Live</th>
-              <th>Heartbeat age</th>
-              <th>Owned executions</th>
-            </tr>
-          </thead>
-          <tbody>${h.nodes.map((n) =>
-            html`
-              <tr key=${n.node_id}>
-                <td>${n.node_id}</td>
-                <td>${n.addr ?? "–"}</td>
-                <td>${n.live ? "live" : html`<span class="status s-failed">dead</span>`}</td>
-                <td>${n.heartbeat_age_ms} ms</td>
-                <td>${n.owned_executions}</td>
+        <div class="table-scroll">
+          <table class="list">
+            <thead>
+              <tr>
+                <th>Node</th>
+                <th>Address</th>
+                <th>Live</th>
+                <th>Heartbeat age</th>
+                <th>Owned executions</th>
               </tr>
-            `
-          )}</tbody>
-        </table>
+            </thead>
+            <tbody>${h.nodes.map((n) =>
+              html`
+                <tr key=${n.node_id}>
+                  <td>${n.node_id}</td>
+                  <td>${n.addr ?? "–"}</td>
+                  <td>${n.live ? "live" : html`<span class="status s-failed">dead</span>`}</td>
+                  <td>${n.heartbeat_age_ms} ms</td>
+                  <td>${n.owned_executions}</td>
+                </tr>
+              `
+            )}</tbody>
+          </table>
+        </div>
       `
       : null
   }

@@ -15,7 +15,7 @@ import {
   post,
 } from "../api.ts";
 import { ActionButton, ErrorBox, html, Json, short, Status, Time, useLoad } from "../ui.ts";
-import { duration, relative } from "../ui.ts";
+import { dateTime, duration, relative } from "../ui.ts";
 import { Timeline } from "./timeline.ts";
 
 /** The events of one run after `after` (every page). */
@@ -156,7 +156,7 @@ export function ExecutionPage({ id }: { id: string }) {
     </section>
     <section aria-labelledby="history-h">
       <h2 id="history-h">History <span class="muted">(${events.length} events)</span></h2>
-      <${HistoryTable} events=${events} />
+      <${HistoryTable} events=${events} now=${now} />
     </section>
   `;
 }
@@ -286,7 +286,7 @@ function Queries({ id, names }: { id: string; names: string[] }) {
 }
 
 /** What an event carries, in a line; the whole event opens below it. */
-function detail(e: HistoryEvent): string {
+function detail(e: HistoryEvent, now: number): string {
   const pick = (k: string) => (e[k] !== undefined ? `${k} ${short(e[k], 60)}` : "");
   switch (e.type) {
     case "StepScheduled":
@@ -299,8 +299,11 @@ function detail(e: HistoryEvent): string {
       const err = e.error as { code?: string; message?: string } | undefined;
       return `${err?.code}: ${err?.message}` + (e.will_retry ? " (will retry)" : "");
     }
-    case "TimerStarted":
-      return `${e.purpose} until ${new Date(Number(e.fire_at_ms)).toLocaleTimeString()}`;
+    case "TimerStarted": {
+      // The date too: a 24-hour timer's time of day alone reads as today's.
+      const at = Number(e.fire_at_ms);
+      return `${e.purpose} until ${dateTime(at)} (${relative(at, now)})`;
+    }
     case "SignalReceived":
       return `${e.signal} ${short(e.payload, 60)}`;
     default:
@@ -308,19 +311,20 @@ function detail(e: HistoryEvent): string {
   }
 }
 
-function HistoryTable({ events }: { events: HistoryEvent[] }) {
+function HistoryTable({ events, now }: { events: HistoryEvent[]; now: number }) {
   return html`
-    <table class="history">
-      <thead>
-        <tr>
-          <th>Seq</th>
-          <th>Time</th>
-          <th>Type</th>
-          <th>Step</th>
-          <th>Detail</th>
-        </tr>
-      </thead>
-      <tbody>
+    <div class="table-scroll">
+      <table class="history">
+        <thead>
+          <tr>
+            <th>Seq</th>
+            <th>Time</th>
+            <th>Type</th>
+            <th>Step</th>
+            <th>Detail</th>
+          </tr>
+        </thead>
+        <tbody>
           ${events.map((e) =>
             html`
               <tr key=${e.seq}>
@@ -336,7 +340,7 @@ function HistoryTable({ events }: { events: HistoryEvent[] }) {
                   : null}</td>
                 <td>
                   <details>
-                    <summary>${detail(e) || "event"}</summary>
+                    <summary>${detail(e, now) || "event"}</summary>
                     <${Json} value=${e} />
                   </details>
                 </td>
@@ -344,6 +348,7 @@ function HistoryTable({ events }: { events: HistoryEvent[] }) {
             `
           )}
         </tbody>
-    </table>
+      </table>
+    </div>
   `;
 }

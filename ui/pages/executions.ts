@@ -108,17 +108,18 @@ export function ExecutionsPage({ query }: { query: URLSearchParams }) {
       ? html`<p class="muted small">The id prefix is matched by the console over up to 5,000
           executions per page; the API filters by workflow and status.</p>`
       : null}
-    <table class="list" aria-busy=${page.loading}>
-      <thead>
-        <tr>
-          <th>Execution</th>
-          <th>Workflow</th>
-          <th>Status</th>
-          <th>Created</th>
-          <th>Closed</th>
-        </tr>
-      </thead>
-      <tbody>
+    <div class="table-scroll">
+      <table class="list" aria-busy=${page.loading}>
+        <thead>
+          <tr>
+            <th>Execution</th>
+            <th>Workflow</th>
+            <th>Status</th>
+            <th>Created</th>
+            <th>Closed</th>
+          </tr>
+        </thead>
+        <tbody>
         ${rows.map((e) =>
           html`
             <tr key=${e.execution_id}>
@@ -145,7 +146,8 @@ export function ExecutionsPage({ query }: { query: URLSearchParams }) {
           `
           : null}
       </tbody>
-    </table>
+      </table>
+    </div>
     <div class="pager">
       <button type="button" disabled=${cursors.length === 0}
         onClick=${() => setCursors(cursors.slice(0, -1))}>← Newer</button>

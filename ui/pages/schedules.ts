@@ -28,21 +28,22 @@ export function SchedulesPage() {
   return html`
     <h1>Schedules</h1>
     <${ErrorBox} error=${list.error} />
-    <table class="list">
-      <thead>
-        <tr>
-          <th>Schedule</th>
-          <th>Workflow</th>
-          <th>When</th>
-          <th>Overlap</th>
-          <th>Next fire</th>
-          <th>Fired</th>
-          <th>Skipped</th>
-          <th>Last execution</th>
-          <th>Actions</th>
-        </tr>
-      </thead>
-      <tbody>
+    <div class="table-scroll">
+      <table class="list">
+        <thead>
+          <tr>
+            <th>Schedule</th>
+            <th>Workflow</th>
+            <th>When</th>
+            <th>Overlap</th>
+            <th>Next fire</th>
+            <th>Fired</th>
+            <th>Skipped</th>
+            <th>Last execution</th>
+            <th>Actions</th>
+          </tr>
+        </thead>
+        <tbody>
             ${rows.map((s) =>
               html`
                 <tr key=${s.schedule_id} data-schedule=${s.schedule_id}>
@@ -97,6 +98,7 @@ export function SchedulesPage() {
               `
               : null}
           </tbody>
-    </table>
+      </table>
+    </div>
   `;
 }

@@ -129,16 +129,17 @@ export function Timeline(
   const pct = (t: number) => `${((t - t0) / (t1 - t0)) * 100}%`;
   const width = (a: number, b: number) => `${Math.max(0.4, ((b - a) / (t1 - t0)) * 100)}%`;
   return html`
-    <table class="timeline">
-      <thead>
-        <tr>
-          <th>Step</th>
-          <th>Task or kind</th>
-          <th>Attempts, time</th>
-          <th class="bars-h">0 <span class="muted">→</span> ${duration(t1 - t0)}</th>
-        </tr>
-      </thead>
-      <tbody>
+    <div class="table-scroll">
+      <table class="timeline">
+        <thead>
+          <tr>
+            <th>Step</th>
+            <th>Task or kind</th>
+            <th>Attempts, time</th>
+            <th class="bars-h">0 <span class="muted">→</span> ${duration(t1 - t0)}</th>
+          </tr>
+        </thead>
+        <tbody>
         ${rows.map((r) => {
           const first = r.attempts[0]!;
           const lastA = r.attempts.at(-1)!;
@@ -194,6 +195,7 @@ export function Timeline(
           `;
         })}
       </tbody>
-    </table>
+      </table>
+    </div>
   `;
 }

@@ -21,19 +21,20 @@ export function WorkersPage() {
   return html`
     <h1>Workers</h1>
     <${ErrorBox} error=${list.error} />
-    <table class="list">
-      <thead>
-        <tr>
-          <th>Worker</th>
-          <th>Runtime</th>
-          <th>Tasks</th>
-          <th>In flight</th>
-          <th>Last contact</th>
-          <th>Registered</th>
-          <th>Session</th>
-        </tr>
-      </thead>
-      <tbody>
+    <div class="table-scroll">
+      <table class="list">
+        <thead>
+          <tr>
+            <th>Worker</th>
+            <th>Runtime</th>
+            <th>Tasks</th>
+            <th>In flight</th>
+            <th>Last contact</th>
+            <th>Registered</th>
+            <th>Session</th>
+          </tr>
+        </thead>
+        <tbody>
             ${rows.map((w) =>
               html`
                 <tr key=${w.session_id}>
@@ -67,6 +68,7 @@ export function WorkersPage() {
               `
               : null}
           </tbody>
-    </table>
+      </table>
+    </div>
   `;
 }

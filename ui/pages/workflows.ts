@@ -23,16 +23,17 @@ export function WorkflowsPage() {
   return html`
     <h1>Workflows</h1>
     <${ErrorBox} error=${list.error} />
-    <table class="list">
-      <thead>
-        <tr>
-          <th>Workflow</th>
-          <th>Versions</th>
-          <th>Deployed</th>
-          <th></th>
-        </tr>
-      </thead>
-      <tbody>
+    <div class="table-scroll">
+      <table class="list">
+        <thead>
+          <tr>
+            <th>Workflow</th>
+            <th>Versions</th>
+            <th>Deployed</th>
+            <th></th>
+          </tr>
+        </thead>
+        <tbody>
             ${[...byName].map(([name, versions]) =>
               html`
                 <tr key=${name}>
@@ -59,7 +60,8 @@ export function WorkflowsPage() {
               `
               : null}
           </tbody>
-    </table>
+      </table>
+    </div>
   `;
 }
 

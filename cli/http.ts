@@ -7,7 +7,7 @@
  * `x-orbit-leader` header, else the error body's `leader_addr`). Later requests of the same
  * command go to that leader too. The SDK client does not do this by design, hence this module.
  */
-import { formatSeconds, networkReason, parseBody, queryString } from "../../sdk/typescript/http.ts";
+import { formatSeconds, networkReason, parseBody, queryString } from "../sdk/typescript/http.ts";
 
 export const DEFAULT_SERVER = "http://127.0.0.1:7233";
 

@@ -70,6 +70,18 @@ export function formatDuration(ms: number): string {
   return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m`;
 }
 
+/**
+ * The workflow's timeout as `GET /v1/executions/{id}/pending` answers it (`timeout_at_ms`, the
+ * server's `now_ms`): `2026-01-02T03:04:05.678Z (in 23h59m)`, or `none`.
+ */
+export function formatTimeout(p: { timeout_at_ms?: unknown; now_ms?: unknown }): string {
+  const at = p.timeout_at_ms;
+  if (typeof at !== "number" || !Number.isFinite(at)) return "none";
+  const now = typeof p.now_ms === "number" ? p.now_ms : Date.now();
+  const rel = at >= now ? `in ${formatDuration(at - now)}` : `${formatDuration(now - at)} ago`;
+  return `${formatTime(at)} (${rel})`;
+}
+
 /** Compact JSON, cut to `max` characters. */
 export function shortJson(v: unknown, max = 120): string {
   if (v === undefined) return "-";

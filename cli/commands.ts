@@ -16,6 +16,7 @@ import {
   EXIT,
   formatDuration,
   formatTime,
+  formatTimeout,
   keyValues,
   pendingTable,
   shortJson,
@@ -215,8 +216,20 @@ const enc = encodeURIComponent;
 // ---------------------------------------------------------------------------------------------
 // Human output
 
-/** `pending`: the items of `/pending`, one `step: REASON: message` line each. */
-function executionBlock(x: Execution, pending?: Json[]): string {
+/** The answer of `GET /v1/executions/{id}/pending`, as far as the CLI reads it. */
+interface PendingAnswer {
+  status?: string;
+  pending?: Json[];
+  timeout_at_ms?: number | null;
+  now_ms?: number;
+}
+
+/**
+ * An execution as `key  value` lines; with `p` (the answer of `/pending`, for a running one) the
+ * workflow's timeout and the pending items, one `step: REASON: message` line each.
+ */
+function executionBlock(x: Execution, p?: PendingAnswer): string {
+  const pending = Array.isArray(p?.pending) ? p.pending : undefined;
   const created = typeof x.created_ms === "number" ? x.created_ms : undefined;
   const closed = typeof x.closed_ms === "number" ? x.closed_ms : undefined;
   const took = created !== undefined && closed !== undefined
@@ -234,6 +247,7 @@ function executionBlock(x: Execution, pending?: Json[]): string {
     ["input", x.input === undefined ? undefined : JSON.stringify(x.input)],
     ["output", x.output === undefined || x.output === null ? undefined : JSON.stringify(x.output)],
     ["error", errorText(x.error)],
+    ["timeout", p && x.status === "running" ? formatTimeout(p) : undefined],
     ...(pending === undefined
       ? []
       : pending.length === 0
@@ -476,21 +490,23 @@ async function show(ctx: Ctx, id: string): Promise<void> {
   if (ctx.json) return printJson(r.data);
   // "Why is it waiting?" for a running one: best effort, an older server has no such route.
   const p = r.data.status === "running"
-    ? await ctx.http.get<{ pending?: Json[] }>(`/v1/executions/${enc(id)}/pending`)
-      .catch(() => null)
+    ? await ctx.http.get<PendingAnswer>(`/v1/executions/${enc(id)}/pending`).catch(() => null)
     : null;
-  out(executionBlock(r.data, Array.isArray(p?.data.pending) ? p.data.pending : undefined));
+  out(executionBlock(r.data, p?.data));
 }
 
 async function pending(ctx: Ctx, id: string): Promise<void> {
-  const r = await ctx.http.get<{ pending?: Json[]; status?: string }>(
-    `/v1/executions/${enc(id)}/pending`,
-  );
+  const r = await ctx.http.get<PendingAnswer>(`/v1/executions/${enc(id)}/pending`);
   if (ctx.json) return printJson(r.data);
   const items = Array.isArray(r.data.pending) ? r.data.pending : [];
   if (items.length === 0 && r.data.status !== "running") {
     out(`execution ${id} is ${str(r.data.status)}: nothing pending`);
-  } else out(pendingTable(items));
+    return;
+  }
+  out(pendingTable(items));
+  // The workflow's own deadline: a step's "no timeout" is not the workflow's.
+  const timeout = formatTimeout(r.data);
+  out(timeout === "none" ? "the workflow has no timeout" : `the workflow times out at ${timeout}`);
 }
 
 interface HistoryOptions extends ClientOptions {
