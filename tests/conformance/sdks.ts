@@ -65,6 +65,48 @@ async function goBuild(dir: string, pkg: string, name: string): Promise<string> 
 
 let goProgram: Promise<string> | null = null;
 
+/**
+ * The JVM's flags for the SDK's programs: a small, quick-starting JVM (the tests start many of
+ * them on loaded machines).
+ */
+export const JAVA_FLAGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"];
+
+/**
+ * `sdk/java/build.sh` (plain javac + jar, Gson from Debian's libgoogle-gson-java) into a temp
+ * dir, once per test process; answers the classpath of the SDK, its conformance worker and its
+ * example (and the dir, whose test-classes hold the unit tests).
+ */
+export async function javaBuild(): Promise<{ dir: string; classpath: string }> {
+  if (!(await has("javac", ["-version"])) || !(await has("java", ["-version"]))) {
+    throw new MissingToolchain(
+      "javac is not installed (Debian: apt-get install openjdk-17-jdk-headless)",
+    );
+  }
+  const gson = Deno.env.get("GSON_JAR") ?? "/usr/share/java/gson.jar";
+  try {
+    await Deno.stat(gson);
+  } catch {
+    throw new MissingToolchain(
+      `Gson is not installed at ${gson} (Debian: apt-get install libgoogle-gson-java)`,
+    );
+  }
+  const dir = await Deno.makeTempDir({ prefix: "orbit-java-" });
+  const r = await new Deno.Command("sh", {
+    args: [`${ROOT}sdk/java/build.sh`, dir],
+    env: { GSON_JAR: gson },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!r.success) {
+    const dec = new TextDecoder();
+    throw new Error(`sdk/java/build.sh failed:\n${dec.decode(r.stdout)}${dec.decode(r.stderr)}`);
+  }
+  const jars = ["orbit-sdk", "orbit-conformance", "orbit-examples"].map((j) => `${dir}/${j}.jar`);
+  return { dir, classpath: [...jars, gson].join(":") };
+}
+
+let javaProgram: Promise<{ dir: string; classpath: string }> | null = null;
+
 export const SDKS: Sdk[] = [
   {
     name: "typescript",
@@ -93,6 +135,15 @@ export const SDKS: Sdk[] = [
     prepare: async () => {
       goProgram ??= goBuild(`${ROOT}sdk/go`, "./cmd/conformance", "conformance-go");
       return [await goProgram];
+    },
+  },
+  {
+    name: "java",
+    runtime: "java",
+    prepare: async () => {
+      javaProgram ??= javaBuild();
+      const { classpath } = await javaProgram;
+      return ["java", ...JAVA_FLAGS, "-cp", classpath, "dev.orbit.conformance.ConformanceWorker"];
     },
   },
 ];
