@@ -77,7 +77,8 @@ export const JAVA_FLAGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss5
  * example (and the dir, whose test-classes hold the unit tests).
  */
 export async function javaBuild(): Promise<{ dir: string; classpath: string }> {
-  if (!(await has("javac", ["-version"])) || !(await has("java", ["-version"]))) {
+  const tools = ["javac", "java", "jar"];
+  if (!(await Promise.all(tools.map((t) => has(t, ["--version"])))).every(Boolean)) {
     throw new MissingToolchain(
       "javac is not installed (Debian: apt-get install openjdk-17-jdk-headless)",
     );
