@@ -92,6 +92,11 @@ export async function javaBuild(): Promise<{ dir: string; classpath: string }> {
     );
   }
   const dir = await Deno.makeTempDir({ prefix: "orbit-java-" });
+  globalThis.addEventListener("unload", () => {
+    try {
+      Deno.removeSync(dir, { recursive: true });
+    } catch { /* already gone */ }
+  });
   const r = await new Deno.Command("sh", {
     args: [`${ROOT}sdk/java/build.sh`, dir],
     env: { GSON_JAR: gson },

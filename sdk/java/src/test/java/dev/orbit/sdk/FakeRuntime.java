@@ -39,7 +39,11 @@ final class FakeRuntime implements AutoCloseable {
   int routeStatus = 200;
 
   FakeRuntime() throws IOException {
-    server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+    this(0);
+  }
+
+  FakeRuntime(int port) throws IOException {
+    server = HttpServer.create(new InetSocketAddress("127.0.0.1", port), 0);
     server.setExecutor(Executors.newCachedThreadPool(r -> {
       Thread t = new Thread(r, "fake-runtime");
       t.setDaemon(true);
@@ -59,6 +63,10 @@ final class FakeRuntime implements AutoCloseable {
   }
 
   void enqueue(String token, String task, JsonElement input) {
+    enqueue(token, task, input, null);
+  }
+
+  void enqueue(String token, String task, JsonElement input, Long deadlineMs) {
     JsonObject t = new JsonObject();
     t.addProperty("token", token);
     t.addProperty("execution_id", token.split("/")[0]);
@@ -69,6 +77,7 @@ final class FakeRuntime implements AutoCloseable {
     t.add("input", input);
     t.addProperty("idempotency_key", "key-" + token);
     t.addProperty("redelivery", false);
+    if (deadlineMs != null) t.addProperty("deadline_ms", deadlineMs);
     synchronized (lock) {
       queue.add(t);
       lock.notifyAll();

@@ -57,10 +57,24 @@ public final class TestMain {
 
   static final Backoff FAST = new Backoff(Duration.ofMillis(20), Duration.ofMillis(100), 2, 0.2);
 
+  /** The log lines of the workers the tests make. */
+  static final List<String> LINES = new ArrayList<>();
+
+  static boolean logged(String part) {
+    synchronized (LINES) {
+      for (String l : LINES) if (l.contains(part)) return true;
+      return false;
+    }
+  }
+
   static Worker.Builder worker(FakeRuntime rt, Task<?, ?>... tasks) {
-    List<String> lines = new ArrayList<>();
+    return worker(rt.url(), tasks);
+  }
+
+  static Worker.Builder worker(String url, Task<?, ?>... tasks) {
+    List<String> lines = LINES;
     return Worker.builder()
-        .server(rt.url())
+        .server(url)
         .workerId("unit-java")
         .tasks(tasks)
         .concurrency(2)
@@ -312,6 +326,64 @@ public final class TestMain {
         w.stop(Duration.ofMillis(300));
         check(System.nanoTime() - t0 < 5_000_000_000L, "the grace bounded the stop");
         check(rt.sessions.isEmpty(), "unregistered: the attempt goes back to the runtime");
+      }
+    });
+
+    test("worker: a passed deadline interrupts the handler, reported as DEADLINE_EXCEEDED", () -> {
+      try (FakeRuntime rt = new FakeRuntime()) {
+        Task<JsonObject, JsonObject> hold = Task.of("hold", "1", JsonObject.class, (in, a) -> {
+          a.awaitCancellation();
+          return in;
+        });
+        Worker w = worker(rt, hold).build();
+        w.start();
+        try {
+          rt.enqueue("d1/a", "hold", json("{}"), System.currentTimeMillis() + 300);
+          waitFor(() -> resultOf(rt, "/v1/tasks/fail", "d1/a") != null, 5000, "the failure");
+          eq("DEADLINE_EXCEEDED", resultOf(rt, "/v1/tasks/fail", "d1/a").getAsJsonObject("error")
+              .get("code").getAsString(), "code");
+        } finally {
+          w.stop(Duration.ofSeconds(5));
+        }
+      }
+    });
+
+    test("worker: an output the runtime refuses (422) is reported as OUTPUT_REJECTED instead", () -> {
+      try (FakeRuntime rt = new FakeRuntime()) {
+        rt.faults.add(new FakeRuntime.Fault("/v1/tasks/complete", 422,
+            "{\"error\":{\"code\":\"OUTPUT_TOO_LARGE\",\"message\":\"too big\"}}"));
+        Worker w = worker(rt, ECHO).build();
+        w.start();
+        try {
+          rt.enqueue("o1/a", "echo", json("{\"value\":1}"));
+          waitFor(() -> resultOf(rt, "/v1/tasks/fail", "o1/a") != null, 5000, "the failure");
+          JsonObject e = resultOf(rt, "/v1/tasks/fail", "o1/a").getAsJsonObject("error");
+          eq("OUTPUT_REJECTED", e.get("code").getAsString(), "code");
+          eq(false, e.get("retryable").getAsBoolean(), "retryable");
+          check(e.get("message").getAsString().contains("OUTPUT_TOO_LARGE"), e.toString());
+        } finally {
+          w.stop(Duration.ofSeconds(5));
+        }
+      }
+    });
+
+    test("worker: connection refused is retried with backoff until the runtime listens", () -> {
+      int port;
+      try (java.net.ServerSocket s = new java.net.ServerSocket(0, 1,
+          java.net.InetAddress.getByName("127.0.0.1"))) {
+        port = s.getLocalPort();
+      }
+      Worker w = worker("http://127.0.0.1:" + port, ECHO).build();
+      Thread starter = new Thread(w::start);
+      starter.start();
+      waitFor(() -> logged("register failed: cannot reach ORBIT runtime at http://127.0.0.1:" + port),
+          5000, "a refused registration logged");
+      try (FakeRuntime rt = new FakeRuntime(port)) {
+        starter.join(5000);
+        eq(Worker.State.RUNNING, w.state(), "running");
+        rt.enqueue("c1/a", "echo", json("{\"value\":1}"));
+        waitFor(() -> resultOf(rt, "/v1/tasks/complete", "c1/a") != null, 5000, "served");
+        w.stop(Duration.ofSeconds(5));
       }
     });
 
