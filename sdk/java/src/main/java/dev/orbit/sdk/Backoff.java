@@ -51,11 +51,11 @@ public record Backoff(Duration initial, Duration max, double factor, double jitt
 
   /** A delay as the SDKs' log lines write it: 0.2s, 1.6s, 5s. */
   static String format(Duration d) {
-    double s = d.toNanos() / 1e9;
-    if (s < 10) {
-      String t = String.format(java.util.Locale.ROOT, "%.1f", s);
-      return (t.endsWith(".0") ? t.substring(0, t.length() - 2) : t) + "s";
+    long ms = d.toMillis();
+    if (ms < 10_000) {
+      long tenths = Math.round(ms / 100.0);
+      return tenths % 10 == 0 ? (tenths / 10) + "s" : (tenths / 10) + "." + (tenths % 10) + "s";
     }
-    return String.format(java.util.Locale.ROOT, "%.0fs", s);
+    return Math.round(ms / 1000.0) + "s";
   }
 }

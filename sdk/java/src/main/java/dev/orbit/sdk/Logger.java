@@ -13,10 +13,15 @@ public interface Logger {
 
   DateTimeFormatter TIME = DateTimeFormatter.ofPattern("yyyy/MM/dd HH:mm:ss.SSSSSS");
 
+  /** A line of the default logger: a timestamp, the level and the message. */
+  static String line(String level, String message) {
+    return LocalDateTime.now().format(TIME) + " " + level + " " + message;
+  }
+
   /** The default: one line on standard error, with a timestamp. */
   static Logger stderr() {
     return (level, message) -> {
-      String line = LocalDateTime.now().format(TIME) + " " + level + " " + message;
+      String line = line(level, message);
       synchronized (System.err) {
         System.err.println(line);
         System.err.flush();

@@ -2,6 +2,7 @@ package dev.orbit.sdk;
 
 import com.google.gson.JsonElement;
 import com.google.gson.JsonNull;
+import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import java.io.IOException;
 import java.net.ConnectException;
@@ -139,6 +140,63 @@ final class Transport {
           "the ORBIT runtime answered " + method + " " + path
               + " with a body that is not the JSON expected: " + e.getMessage(),
           null, text, method, path);
+    }
+  }
+
+  private static final java.util.concurrent.atomic.AtomicBoolean WARM =
+      new java.util.concurrent.atomic.AtomicBoolean();
+
+  /**
+   * Once per JVM: one request, through a client of its own, to a loopback socket that answers 503
+   * (and never to the runtime). It loads the classes of the whole request and error path, so that
+   * a cold JVM on a busy machine does not stretch the first retry's pause by hundreds of
+   * milliseconds. Errors are ignored; it takes at most about 2 s.
+   */
+  static void warmUp() {
+    if (!WARM.compareAndSet(false, true)) return;
+    try (java.net.ServerSocket ss =
+        new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+      ss.setSoTimeout(2000);
+      Thread answer = new Thread(() -> {
+        try (java.net.Socket sock = ss.accept()) {
+          sock.setSoTimeout(2000);
+          java.io.InputStream in = sock.getInputStream();
+          StringBuilder head = new StringBuilder();
+          while (!head.toString().endsWith("\r\n\r\n")) {
+            int b = in.read();
+            if (b < 0) return;
+            head.append((char) b);
+          }
+          java.util.regex.Matcher m = java.util.regex.Pattern
+              .compile("(?i)content-length:\\s*(\\d+)").matcher(head);
+          if (m.find()) in.readNBytes(Integer.parseInt(m.group(1)));
+          byte[] body = "{\"error\":{\"code\":\"NOT_LEADER\",\"message\":\"warm-up\"}}"
+              .getBytes(StandardCharsets.UTF_8);
+          String res = "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+              + "content-length: " + body.length + "\r\nconnection: close\r\n\r\n";
+          sock.getOutputStream().write(res.getBytes(StandardCharsets.US_ASCII));
+          sock.getOutputStream().write(body);
+          sock.getOutputStream().flush();
+        } catch (IOException | RuntimeException ignored) {
+          // a warm-up only
+        }
+      }, "orbit-warm-up");
+      answer.setDaemon(true);
+      answer.start();
+      Transport t = new Transport("http://127.0.0.1:" + ss.getLocalPort(), "warm-up", null);
+      JsonObject body = new JsonObject();
+      body.addProperty("warm_up", true);
+      try {
+        t.call(new Cancellation(), "POST", "/v1/workers/register", Map.of("q", "1"), body,
+            Duration.ofSeconds(2));
+      } catch (ApiException | ConnectionException | CancelledException expected) {
+        // the 503 it asked for
+      }
+      answer.join(2000);
+    } catch (IOException | RuntimeException ignored) {
+      // a warm-up only
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
     }
   }
 

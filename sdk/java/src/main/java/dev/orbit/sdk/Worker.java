@@ -261,6 +261,7 @@ public final class Worker implements AutoCloseable {
             "Worker: task " + t.name() + " contract " + t.contract() + " is listed twice");
       }
     }
+    warmUp();
     timers =
         Executors.newSingleThreadScheduledExecutor(
             r -> {
@@ -268,6 +269,25 @@ public final class Worker implements AutoCloseable {
               t.setDaemon(true);
               return t;
             });
+  }
+
+  /**
+   * Loads the classes of the retry path (an error answer parsed, a delay and a log line
+   * formatted, a backoff sleep) before the first request, so that a cold JVM does not stretch
+   * the first retry's pause.
+   */
+  private void warmUp() {
+    ApiException e = ApiException.fromResponse(503,
+        "{\"error\":{\"code\":\"NOT_LEADER\",\"message\":\"warm-up\"}}"
+            .getBytes(java.nio.charset.StandardCharsets.UTF_8), "POST", "/v1/workers/register");
+    ApiException.fromResponse(502, new byte[] {'<'}, "POST", "/v1/workers/register");
+    String line = "register failed: " + describe(e) + "; retrying in "
+        + Backoff.format(backoff.delay(0));
+    Logger.line("WARN", line);
+    new ConnectionException(main.server, "warm-up", null).getMessage();
+    new Backoff.Retrier(backoff).next();
+    stopCtx.child().release();
+    new Cancellation().sleep(Duration.ofMillis(1));
   }
 
   private static Duration positive(Duration d, Duration def) {
@@ -322,6 +342,7 @@ public final class Worker implements AutoCloseable {
       if (state != State.NEW) throw new IllegalStateException("Worker.start: the worker is " + state);
       state = State.STARTING;
     }
+    Transport.warmUp();
     try {
       ensureSession(stopCtx);
     } catch (CancelledException e) {
