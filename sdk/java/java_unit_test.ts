@@ -11,9 +11,16 @@ import { JAVA_FLAGS } from "../../tests/conformance/sdks.ts";
 const DIR = new URL(".", import.meta.url).pathname;
 const GSON = Deno.env.get("GSON_JAR") ?? "/usr/share/java/gson.jar";
 
+/** Runs a command in sdk/java; a hung one is killed (by its PID) after 120 s. */
 async function run(cmd: string, args: string[], env: Record<string, string> = {}) {
-  const out = await new Deno.Command(cmd, { args, cwd: DIR, env, stdout: "piped", stderr: "piped" })
-    .output();
+  const out = await new Deno.Command(cmd, {
+    args,
+    cwd: DIR,
+    env,
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(120_000),
+  }).output();
   const dec = new TextDecoder();
   return { ok: out.success, text: dec.decode(out.stdout) + dec.decode(out.stderr) };
 }
