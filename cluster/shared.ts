@@ -53,6 +53,8 @@ import type { EagerSession, TaskPayload } from "../lib/workers/sessions.ts";
 import * as q from "../sql/postgres/shared.ts";
 import type { ClusterView } from "../lib/cluster_view.ts";
 import { SharedWorkers } from "./shared_workers.ts";
+import { commandOf, errorOf, type InboxEntry, inboxOf, type Reply } from "./shared/messages.ts";
+import { heartbeatStuckMs, rendezvousOwner, requestsStuckMs } from "./shared/placement.ts";
 
 const TICK_MS = 1000;
 const TAKEOVER_BATCH = 100;
@@ -101,78 +103,6 @@ export interface SharedNodeOptions {
    * a statement committed and its answer was lost with the connection.
    */
   afterStatement?: (text: string) => void;
-}
-
-interface InboxEntry {
-  seq: number;
-  execution_id: string;
-  kind: string;
-  payload: Record<string, unknown>;
-  reply_to: string | null;
-}
-
-interface Reply {
-  seq: number;
-  accepted?: boolean;
-  row?: ExecutionRow;
-  /** The row did not fit into the notification: the waiting node reads it. */
-  row_omitted?: boolean;
-  signal_seq?: number;
-  /** Tasks dispatched to the reporting worker's session with the result (eager dispatch). */
-  tasks?: TaskPayload[];
-  /** The tasks' inputs did not fit into the notification: read from orbit_tasks. */
-  inputs_omitted?: boolean;
-  error?: { status: number; code: string; message: string; fields?: Record<string, unknown> };
-}
-
-/** Rendezvous hashing: the live node with the highest score for a root takes it. */
-function score(node: string, root: string): number {
-  let h = 0x811c9dc5;
-  const s = `${node}\u0000${root}`;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  // One more round of mixing: FNV's low bits are weak for short keys.
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b) >>> 0;
-  h ^= h >>> 13;
-  return h >>> 0;
-}
-
-/**
- * How long a statement of the requests' pool (claims, forwards, sessions: milliseconds each when
- * the database answers) may go without an answer before the pool is replaced: three node
- * timeouts, 10 s at least. With the store's 30 s, one claim sent on a connection PostgreSQL
- * never answered (a drop during the chaos suite's database faults) held its worker's poll, and
- * the statements queued behind it on that connection, for 34 s; at twice the node timeout (6 s)
- * a database link delaying every packet by a quarter of a second (the chaos suite's db-delay)
- * replaced pools whose statements were only slow.
- */
-export function requestsStuckMs(nodeTimeoutMs: number): number {
-  return Math.max(10_000, 3 * nodeTimeoutMs);
-}
-
-/**
- * How long a heartbeat may go unanswered before its connection is replaced: twice the node
- * timeout, 5 s at least (seen wedged after connect timeouts while PostgreSQL restarts under
- * load). Shorter than requestsStuckMs: a node whose heartbeat cannot be written is taken over.
- */
-export function heartbeatStuckMs(nodeTimeoutMs: number): number {
-  return Math.max(5_000, 2 * nodeTimeoutMs);
-}
-
-export function rendezvousOwner(root: string, nodes: readonly string[]): string | null {
-  let best: string | null = null;
-  let bestScore = -1;
-  for (const n of nodes) {
-    const sc = score(n, root);
-    if (sc > bestScore || (sc === bestScore && best !== null && n < best)) {
-      best = n;
-      bestScore = sc;
-    }
-  }
-  return best;
 }
 
 export class SharedNode implements ClusterView, RemoteCommands {
@@ -1103,36 +1033,6 @@ export class SharedNode implements ClusterView, RemoteCommands {
     return this.#drainExecution(id);
   }
 
-  #cmdOf(e: InboxEntry): Command | null {
-    const p = e.payload;
-    switch (e.kind) {
-      case "dispatched":
-        return {
-          type: "dispatch",
-          step: String(p.step),
-          token: String(p.token),
-          worker_id: String(p.worker_id),
-          worker_session: String(p.worker_session),
-        };
-      case "complete":
-        return { type: "complete", token: String(p.token), output: p.output ?? null };
-      case "fail":
-        return {
-          type: "fail",
-          token: String(p.token),
-          error: p.error as { code: string; message: string },
-        };
-      case "uncertain":
-        return { type: "uncertain", token: String(p.token), reason: String(p.reason) };
-      case "signal":
-        return { type: "signal", name: String(p.name), payload: p.payload ?? null };
-      case "cancel":
-        return { type: "cancel", reason: String(p.reason ?? "cancelled by request") };
-      default:
-        return null;
-    }
-  }
-
   /** Entries in seq order: one execution's one after another, executions side by side. */
   async #applyAll(entries: InboxEntry[]): Promise<void> {
     const byExecution = new Map<string, InboxEntry[]>();
@@ -1185,7 +1085,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#applying.add(e.seq);
     try {
       const ex = this.#rt!.executions;
-      const cmd = this.#cmdOf(e);
+      const cmd = commandOf(e);
       if (!cmd) {
         await this.#sql("hb")(q.DELETE_INBOX, [e.seq]);
         this.#markApplied(e.seq);
@@ -1578,33 +1478,5 @@ export class SharedNode implements ClusterView, RemoteCommands {
     await Promise.all(
       [this.#req, this.#hb, this.#listen].map((s) => s?.end({ timeout: 1 }).catch(() => {})),
     );
-  }
-}
-
-function errorOf(
-  e: OrbitError,
-): { status: number; code: string; message: string; fields?: Record<string, unknown> } {
-  return {
-    status: e.status,
-    code: e.code,
-    message: e.message,
-    ...(Object.keys(e.fields).length > 0 ? { fields: e.fields } : {}),
-  };
-}
-
-function inboxOf(cmd: Command): { kind: string; payload: Record<string, unknown> } {
-  switch (cmd.type) {
-    case "complete":
-      return { kind: "complete", payload: { token: cmd.token, output: cmd.output ?? null } };
-    case "fail":
-      return { kind: "fail", payload: { token: cmd.token, error: cmd.error } };
-    case "uncertain":
-      return { kind: "uncertain", payload: { token: cmd.token, reason: cmd.reason } };
-    case "signal":
-      return { kind: "signal", payload: { name: cmd.name, payload: cmd.payload ?? null } };
-    case "cancel":
-      return { kind: "cancel", payload: { reason: cmd.reason } };
-    default:
-      throw new Error(`Cannot forward a ${cmd.type} command`);
   }
 }

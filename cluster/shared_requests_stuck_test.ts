@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { lockTable, sharedPostgres } from "../tests/support/pg.ts";
 import { startedNode } from "../tests/support/in_process_node.ts";
-import { requestsStuckMs } from "./shared.ts";
+import { requestsStuckMs } from "./shared/placement.ts";
 
 const NODE_TIMEOUT_MS = 2000;
 const LOCK_MS = 18_000;

@@ -39,7 +39,7 @@ import {
   tail,
   waitForLogOnAny,
 } from "./support/shared_cluster.ts";
-import { rendezvousOwner } from "../cluster/shared.ts";
+import { rendezvousOwner } from "../cluster/shared/placement.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 const ORDERS = Number(Deno.env.get("ORBIT_SHARED_ORDERS") ?? 60);
