@@ -140,41 +140,6 @@ async function cargoBuild(dir: string, target: string, name: string): Promise<st
     args: ["build", "--offline", "--quiet", ...target.split(" ")],
     cwd: dir,
     env,
-/**
- * The JVM's flags for the SDK's programs: a small, quick-starting JVM (the tests start many of
- * them on loaded machines).
- */
-export const JAVA_FLAGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"];
-
-/**
- * `sdk/java/build.sh` (plain javac + jar, Gson from Debian's libgoogle-gson-java) into a temp
- * dir, once per test process; answers the classpath of the SDK, its conformance worker and its
- * example (and the dir, whose test-classes hold the unit tests).
- */
-export async function javaBuild(): Promise<{ dir: string; classpath: string }> {
-  const tools = ["javac", "java", "jar"];
-  if (!(await Promise.all(tools.map((t) => has(t, ["--version"])))).every(Boolean)) {
-    throw new MissingToolchain(
-      "javac is not installed (Debian: apt-get install openjdk-17-jdk-headless)",
-    );
-  }
-  const gson = Deno.env.get("GSON_JAR") ?? "/usr/share/java/gson.jar";
-  try {
-    await Deno.stat(gson);
-  } catch {
-    throw new MissingToolchain(
-      `Gson is not installed at ${gson} (Debian: apt-get install libgoogle-gson-java)`,
-    );
-  }
-  const dir = await Deno.makeTempDir({ prefix: "orbit-java-" });
-  globalThis.addEventListener("unload", () => {
-    try {
-      Deno.removeSync(dir, { recursive: true });
-    } catch { /* already gone */ }
-  });
-  const r = await new Deno.Command("sh", {
-    args: [`${ROOT}sdk/java/build.sh`, dir],
-    env: { GSON_JAR: gson },
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -229,6 +194,46 @@ export function csharpBuild(program: "conformance" | "orders"): Promise<string> 
 }
 
 const csharpBuilds = new Map<string, Promise<string>>();
+
+/**
+ * The JVM's flags for the SDK's programs: a small, quick-starting JVM (the tests start many of
+ * them on loaded machines).
+ */
+export const JAVA_FLAGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"];
+
+/**
+ * `sdk/java/build.sh` (plain javac + jar, Gson from Debian's libgoogle-gson-java) into a temp
+ * dir, once per test process; answers the classpath of the SDK, its conformance worker and its
+ * example (and the dir, whose test-classes hold the unit tests).
+ */
+export async function javaBuild(): Promise<{ dir: string; classpath: string }> {
+  const tools = ["javac", "java", "jar"];
+  if (!(await Promise.all(tools.map((t) => has(t, ["--version"])))).every(Boolean)) {
+    throw new MissingToolchain(
+      "javac is not installed (Debian: apt-get install openjdk-17-jdk-headless)",
+    );
+  }
+  const gson = Deno.env.get("GSON_JAR") ?? "/usr/share/java/gson.jar";
+  try {
+    await Deno.stat(gson);
+  } catch {
+    throw new MissingToolchain(
+      `Gson is not installed at ${gson} (Debian: apt-get install libgoogle-gson-java)`,
+    );
+  }
+  const dir = await Deno.makeTempDir({ prefix: "orbit-java-" });
+  globalThis.addEventListener("unload", () => {
+    try {
+      Deno.removeSync(dir, { recursive: true });
+    } catch { /* already gone */ }
+  });
+  const r = await new Deno.Command("sh", {
+    args: [`${ROOT}sdk/java/build.sh`, dir],
+    env: { GSON_JAR: gson },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!r.success) {
     const dec = new TextDecoder();
     throw new Error(`sdk/java/build.sh failed:\n${dec.decode(r.stdout)}${dec.decode(r.stderr)}`);
   }
