@@ -1,20 +1,28 @@
 /**
  * The OrderProcessing example workers of the compiled SDKs for `bench/throughput.ts`
- * (`--go-workers`, `--rust-workers`, `--csharp-workers`): each built once per bench run into
+ * (`--go-workers`, `--rust-workers`, `--csharp-workers`, `--java-workers`): each built once per bench run into
  * a temporary directory (removed when the bench ends), then started as many times as asked with
  * the SDK's command line. The processes are the conformance suite's worker processes
  * (tests/conformance/worker_process.ts): `--server URL` appended, killed by PID, also on exit.
  *
  * How each is built is how its end-to-end test builds it (tests/<sdk>_orders_e2e_test.ts), with
  * one difference for Rust: a release build (`cargo build --release`), as a user would deploy it;
- * Go's builds are optimized by default and Mono compiles the C# IL at run time.
+ * Go's builds are optimized by default, Mono compiles the C# IL at run time, and the JVM runs with
+ * the flags of the tests (JAVA_FLAGS: serial GC, the C1 compiler only).
  */
-import { cargoCommand, csharpBuild, goEnv, rustMissing } from "../tests/conformance/sdks.ts";
+import {
+  cargoCommand,
+  csharpBuild,
+  goEnv,
+  JAVA_FLAGS,
+  javaBuild,
+  rustMissing,
+} from "../tests/conformance/sdks.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
 /** The languages whose example worker this module builds and starts. */
-export const COMPILED_LANGUAGES = ["go", "rust", "csharp"] as const;
+export const COMPILED_LANGUAGES = ["go", "rust", "csharp", "java"] as const;
 export type CompiledLanguage = typeof COMPILED_LANGUAGES[number];
 
 /** How the output names each language. */
@@ -92,13 +100,24 @@ async function buildCsharp(): Promise<string[]> {
   return ["mono", `${dir}/Orbit.Examples.Orders.exe`];
 }
 
+async function buildJava(): Promise<string[]> {
+  const { classpath } = await javaBuild(); // a temp dir, removed on exit by javaBuild
+  return ["java", ...JAVA_FLAGS, "-cp", classpath, "dev.orbit.examples.orders.OrderWorker"];
+}
+
 const builds = new Map<string, Promise<string[]>>();
 
 /** The command line of a language's example worker (built on the first call). */
 export function workerCommand(language: CompiledLanguage): Promise<string[]> {
   let b = builds.get(language);
   if (!b) {
-    b = language === "go" ? buildGo() : language === "rust" ? buildRust() : buildCsharp();
+    b = language === "go"
+      ? buildGo()
+      : language === "rust"
+      ? buildRust()
+      : language === "csharp"
+      ? buildCsharp()
+      : buildJava();
     builds.set(language, b);
   }
   return b;

@@ -6,7 +6,8 @@
  *
  *   deno task bench [--orders 600] [--clients 64] [--workers 1] [--store sqlite|postgres|both]
  *   deno task bench --python-workers 1 --ts-workers 1   (the reference page's worker shape)
- *   deno task bench --go-workers 1 --rust-workers 1 --csharp-workers 1 --python-workers 1 --ts-workers 1
+ *   deno task bench --go-workers 1 --java-workers 1 --rust-workers 1 --csharp-workers 1 \
+ *     --python-workers 1 --ts-workers 1
  *                       (workers in several languages: the CPU per order of each language's)
  *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
  *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
@@ -56,13 +57,14 @@ const { values } = parseArgs({
     // the workflow is the variant whose charge is pinned to Python).
     "python-workers": { type: "string", default: "0" },
     "ts-workers": { type: "string" },
-    // The Go, Rust and C# SDKs' example workers (bench/language_workers.ts builds them). With
+    // The Go, Rust, C# and Java SDKs' example workers (bench/language_workers.ts builds them). With
     // any of them the workflow is the plain one (no step pinned to a language): every example
     // worker registers all 8 tasks, so they spread among the languages; the bench prints each
     // language's worker CPU per order and the tasks it ran (from the orders' histories).
     "go-workers": { type: "string", default: "0" },
     "rust-workers": { type: "string", default: "0" },
     "csharp-workers": { type: "string", default: "0" },
+    "java-workers": { type: "string", default: "0" },
     // Shared mode: N servers on one PostgreSQL database behind a round-robin proxy.
     cluster: { type: "string", default: "" },
     servers: { type: "string", default: "1" },
@@ -580,6 +582,7 @@ async function bench(store: "sqlite" | "postgres") {
       go_workers: COMPILED_COUNTS.get("go")!,
       rust_workers: COMPILED_COUNTS.get("rust")!,
       csharp_workers: COMPILED_COUNTS.get("csharp")!,
+      java_workers: COMPILED_COUNTS.get("java")!,
       waiting: WAITING,
       orders_per_s: Math.round((ORDERS / seconds) * 10) / 10,
       p50_ms: Math.round(pct(latencies, 0.5)),
