@@ -540,8 +540,14 @@ async function bench(store: "sqlite" | "postgres") {
     });
     const workerCpu = [...cpuByLanguage.values()].reduce((a, b) => a + b, 0);
     const counters = await allCounters();
+    const cycles = await Promise.all(workers.map((w) => w.cycle()));
+    // Several workers: the figures of the one with the most samples.
+    const cycle = cycles.sort((a, b) => b.n - a.n)[0]!;
+    const serverPeakRss = memoryMb(server.pid, "VmHWM");
+    const serverRssAfter = memoryMb(server.pid, "VmRSS");
     // Several languages: the task attempts each one's workers ran in the measured orders (the
-    // StepDispatched events of their histories, by worker_id), read after the measured window.
+    // StepDispatched events of their histories, by worker_id), read after the measured window
+    // and after everything else is measured (the reads must not count in the server's memory).
     const tasksByLanguage = mixed ? new Map<string, number>(languages.map((l) => [l, 0])) : null;
     if (tasksByLanguage) {
       let next = 0;
@@ -563,9 +569,6 @@ async function bench(store: "sqlite" | "postgres") {
         }
       }));
     }
-    const cycles = await Promise.all(workers.map((w) => w.cycle()));
-    // Several workers: the figures of the one with the most samples.
-    const cycle = cycles.sort((a, b) => b.n - a.n)[0]!;
     latencies.sort((a, b) => a - b);
     const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
     return {
@@ -587,8 +590,8 @@ async function bench(store: "sqlite" | "postgres") {
       orders_per_s: Math.round((ORDERS / seconds) * 10) / 10,
       p50_ms: Math.round(pct(latencies, 0.5)),
       p99_ms: Math.round(pct(latencies, 0.99)),
-      server_peak_rss_mb: memoryMb(server.pid, "VmHWM"),
-      server_rss_mb_after: memoryMb(server.pid, "VmRSS"),
+      server_peak_rss_mb: serverPeakRss,
+      server_rss_mb_after: serverRssAfter,
       seconds: Math.round(seconds * 10) / 10,
       server_cpu_s: round(serverCpu, 2),
       worker_cpu_s: round(workerCpu, 2),
