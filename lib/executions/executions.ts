@@ -47,14 +47,13 @@ import {
   TaskTakenError,
   type WakingRow,
 } from "../store/store.ts";
-import { sharedChanges } from "./shared_changes.ts";
+import { sharedChanges, unitOf } from "./shared_changes.ts";
 import { conflict, invalid, notFound, OrbitError, storageError } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
 import { validateAgainst } from "../jsonschema.ts";
 import { log } from "../log.ts";
 import type { EagerSession, TaskPayload } from "../workers/sessions.ts";
 import { evictable, WAKE_AHEAD_MS, WAKE_POLL_MS, wakeAt } from "./cache.ts";
-import { unitOf } from "./shared_changes.ts";
 
 /** The audit of memory against the history (Executions.startAudit). */
 const AUDIT_EVERY_MS = 5_000;
