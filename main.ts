@@ -12,7 +12,7 @@ import { openStore } from "./lib/store/open.ts";
 import type { Store } from "./lib/store/store.ts";
 import { guardPostgresWriteRace } from "./lib/store/postgres.ts";
 import { StandbyNode } from "./cluster/standby_node.ts";
-import { SharedNode } from "./cluster/shared.ts";
+import { SharedNode } from "./cluster/shared/node.ts";
 import { createApp } from "./routes/app.ts";
 import { serveHttp } from "./lib/http_server.ts";
 import { hostPolicy } from "./routes/browsers.ts";
@@ -159,7 +159,7 @@ async function runServer(cfg: ServerConfig): Promise<void> {
   let single: Runtime | null = null;
   let handler: (req: Request, info: Deno.ServeHandlerInfo) => Response | Promise<Response>;
   if (cfg.cluster && cfg.clusterMode === "shared") {
-    // Shared mode: every server active; a strategy over the same runtime (cluster/shared.ts).
+    // Shared mode: every server active; a strategy over the same runtime (cluster/shared/node.ts).
     const n: SharedNode = sharedNode = new SharedNode({
       url: cfg.db,
       nodeId: cfg.nodeId ?? hostName(),

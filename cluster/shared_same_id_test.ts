@@ -21,7 +21,7 @@ import {
   SHARED_CONNECTION_SETTINGS,
   STALE_ROOTS,
   TAKE_OVER,
-} from "../sql/postgres/shared.ts";
+} from "../sql/postgres/shared/mod.ts";
 import { migratedDatabase, sharedPostgres } from "../tests/support/pg.ts";
 import { WAITER_WORKFLOW } from "../tests/support/orders.ts";
 import { deployAndStart, inProcessNode, startedNode } from "../tests/support/in_process_node.ts";

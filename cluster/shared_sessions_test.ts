@@ -9,7 +9,7 @@ import type postgres from "postgres";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { migratedDatabase } from "../tests/support/pg.ts";
 import { waitFor } from "../tests/support/server.ts";
-import { EXPIRE_SESSIONS, INSERT_SESSION, TOUCH_SESSIONS } from "../sql/postgres/shared.ts";
+import { EXPIRE_SESSIONS, INSERT_SESSION, TOUCH_SESSIONS } from "../sql/postgres/shared/mod.ts";
 
 /** A migrated database, three one-connection clients (A, B, and C to watch) and sessions. */
 async function setup(sessions: string[]) {

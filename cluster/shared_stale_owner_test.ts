@@ -11,7 +11,7 @@ import { migratedDatabase } from "../tests/support/pg.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
 import { deployAndStart, startedNode, takeOverFrom } from "../tests/support/in_process_node.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
-import { READ_INBOX } from "../sql/postgres/shared.ts";
+import { READ_INBOX } from "../sql/postgres/shared/mod.ts";
 
 Deno.test({
   name: "shared: a node holding an execution it lost hands a result for the new owner's token " +

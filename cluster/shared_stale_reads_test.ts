@@ -11,7 +11,7 @@ import { NOTES_WORKFLOW } from "../tests/support/orders.ts";
 import { deployAndStart, startedNode, takeOverFrom } from "../tests/support/in_process_node.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
-import { NODE_HEARTBEAT, OWNED_AMONG } from "../sql/postgres/shared.ts";
+import { NODE_HEARTBEAT, OWNED_AMONG } from "../sql/postgres/shared/mod.ts";
 
 Deno.test({
   name: "shared: a node silent past the node timeout answers queries and /pending from the " +

@@ -1,6 +1,6 @@
 /**
  * Shared mode, in process on a real PostgreSQL: a queued row of a unit the step no longer waits
- * for, claimed by the execution's own node (cluster/shared_workers.ts, #claim), is cancelled;
+ * for, claimed by the execution's own node (cluster/shared/claims.ts, claim), is cancelled;
  * the current unit's row reaches the worker.
  */
 import assert from "node:assert/strict";

@@ -4,7 +4,7 @@
  * must still come into its memory — nobody else takes them, since this node is alive.
  */
 import assert from "node:assert/strict";
-import { TAKE_OVER } from "../sql/postgres/shared.ts";
+import { TAKE_OVER } from "../sql/postgres/shared/mod.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
 import { ORDER_WORKFLOW, orderInput } from "../tests/support/orders.ts";
 import { inProcessNode, startedNode } from "../tests/support/in_process_node.ts";

@@ -12,7 +12,7 @@ import { deployAndStart, startedNode, takeOverFrom } from "../tests/support/in_p
 import { waitFor } from "../tests/support/server.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import type { Store } from "../lib/store/store.ts";
-import type { RemoteCommands } from "../lib/executions/executions.ts";
+import type { RemoteCommands } from "../lib/executions/types.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 

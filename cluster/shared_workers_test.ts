@@ -3,13 +3,13 @@
  * told about an attempt is what the history recorded for its dispatch.
  */
 import assert from "node:assert/strict";
-import { SharedWorkers, type SharedWorkersOptions } from "./shared_workers.ts";
+import { SharedWorkers, type SharedWorkersOptions } from "./shared/workers.ts";
 import type postgres from "postgres";
 import type { Executions } from "../lib/executions/executions.ts";
 import { Metrics } from "../lib/metrics.ts";
 import { postgresClient } from "../lib/store/postgres.ts";
 import { migratedDatabase } from "../tests/support/pg.ts";
-import { REQUEUE_TASK, TOUCH_SESSIONS } from "../sql/postgres/shared.ts";
+import { REQUEUE_TASK, TOUCH_SESSIONS } from "../sql/postgres/shared/mod.ts";
 import { Driver, task, workflow } from "../lib/engine/testing.ts";
 import { waitFor } from "../tests/support/server.ts";
 

@@ -5,7 +5,8 @@
 import { GroupCommitter } from "./executions/committer.ts";
 import { Definitions } from "./definitions.ts";
 import { ExecutionReads } from "./executions/reads.ts";
-import { type Clock, Executions, type Ownership } from "./executions/executions.ts";
+import { Executions } from "./executions/executions.ts";
+import type { Clock, Ownership } from "./executions/types.ts";
 import { Metrics } from "./metrics.ts";
 import type { Store } from "./store/store.ts";
 import { Workers, type WorkerService } from "./workers/dispatcher.ts";
@@ -33,7 +34,7 @@ export interface RuntimeOptions {
   childLimits?: ChildLimitOptions;
   clock?: Clock;
   /**
-   * Shared mode (cluster/shared.ts): the node's ownership of executions, its worker service
+   * Shared mode (cluster/shared/node.ts): the node's ownership of executions, its worker service
    * over the shared queue, what it loads at start instead of every running execution, and
    * the scheduler's owner id (claims of other nodes stay).
    */

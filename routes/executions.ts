@@ -5,7 +5,7 @@ import type { Runtime } from "../lib/runtime.ts";
 import { notFound } from "../lib/errors.ts";
 import { EXECUTION_STATUSES } from "../lib/engine/events.ts";
 import { NAME_RE } from "../lib/engine/ir.ts";
-import { EXECUTION_ID_RE } from "../lib/executions/executions.ts";
+import { EXECUTION_ID_RE } from "../lib/executions/types.ts";
 import type { ExecutionRow } from "../lib/store/store.ts";
 import { runQuery, sendSignal } from "../lib/executions/signals.ts";
 import { pendingOf } from "../lib/executions/pending.ts";

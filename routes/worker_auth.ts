@@ -23,7 +23,7 @@ import { timingSafeEqual } from "node:crypto";
 import type { z } from "zod";
 import { OrbitError } from "../lib/errors.ts";
 import { stepOfToken } from "../lib/engine/state.ts";
-import { executionOfToken } from "../lib/executions/executions.ts";
+import { executionOfToken } from "../lib/executions/types.ts";
 import type { Runtime } from "../lib/runtime.ts";
 import type { TokenHolder } from "../lib/workers/dispatcher.ts";
 import {

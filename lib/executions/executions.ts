@@ -19,6 +19,16 @@
  * and loads it here (`load`) at the epoch this node owns it with, or sends it to the owner's
  * inbox. The wake-up poll lists only executions this node owns (`Ownership.listWaking`), and
  * a takeover or resume loads only those with work due (`adopt`).
+ *
+ * Why one file of this size: `Executions` is the only owner of the memory map and of the
+ * per-execution serial chains, and every operation here (start, command, report, wait, load,
+ * recovery, the resolution of appends in doubt) reads and changes both under the one
+ * invariant "memory changes only after a commit, in the execution's turn". Split across
+ * classes, that invariant would have to be upheld by every part. What does not touch that
+ * state lives beside it: the contracts (`types.ts`), the group commit (`committer.ts`), the
+ * bounded cache policy (`cache.ts`), the memory audit (`audit.ts`), shared mode's queue rows
+ * (`shared_changes.ts`), reads (`reads.ts`), signals and queries (`signals.ts`), and
+ * "why is it waiting?" (`pending.ts`).
  */
 import {
   type ChildLimits,
@@ -30,7 +40,7 @@ import {
 } from "../engine/decide.ts";
 import type { ErrorInfo, HistoryEvent } from "../engine/events.ts";
 import type { WorkflowDoc } from "../engine/ir.ts";
-import { type ExecutionState, inFlightCount, queuedSteps, replay } from "../engine/state.ts";
+import { type ExecutionState, inFlightCount, replay } from "../engine/state.ts";
 import type { GroupCommitter } from "./committer.ts";
 import type { Definitions } from "../definitions.ts";
 import {
@@ -47,54 +57,25 @@ import {
   TaskTakenError,
   type WakingRow,
 } from "../store/store.ts";
-import { sharedChanges, unitOf } from "./shared_changes.ts";
+import { sharedChanges } from "./shared_changes.ts";
 import { conflict, invalid, notFound, OrbitError, storageError } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
 import { validateAgainst } from "../jsonschema.ts";
 import { log } from "../log.ts";
 import type { EagerSession, TaskPayload } from "../workers/sessions.ts";
+import { MemoryAudit } from "./audit.ts";
 import { evictable, WAKE_AHEAD_MS, WAKE_POLL_MS, wakeAt } from "./cache.ts";
-
-/** The audit of memory against the history (Executions.startAudit). */
-const AUDIT_EVERY_MS = 5_000;
-const AUDIT_AFTER_MS = 5_000;
-const AUDIT_BATCH = 32;
-/** How often an execution still waiting is checked again. */
-const AUDIT_AGAIN_MS = 15_000;
-/** Shared mode: a claim not recorded nor confirmed for this long is stale (see staleClaims). */
-const STALE_CLAIM_MS = 10_000;
-
-export interface Clock {
-  now(): number;
-  newId(): string;
-}
-
-export const EXECUTION_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,199}$/;
-
-/** What the worker service needs to hear after a state change was committed and installed. */
-export interface ExecutionObserver {
-  installed(
-    prev: ExecutionState | null,
-    next: ExecutionState,
-    events: readonly HistoryEvent[],
-  ): void;
-  /** Shared mode: the execution left this node's memory (another node owns it now). */
-  dropped?(last: ExecutionState): void;
-  /**
-   * A new execution's first task, for a poll waiting here: the dispatch goes into the start's
-   * own commit. The poll is set aside until `deliver` (after the commit) or `release`.
-   */
-  offerFirst?(state: ExecutionState): StartOffer | null;
-}
-
-/** A waiting poll set aside for a new execution's first task (see offerFirst). */
-export interface StartOffer {
-  command: Command;
-  /** The start committed with the dispatch: the poll answers the task. */
-  deliver(state: ExecutionState): void;
-  /** The dispatch did not happen: the poll waits on. */
-  release(): void;
-}
+import {
+  type Clock,
+  EXECUTION_ID_RE,
+  type ExecutionObserver,
+  executionOfToken,
+  type Ownership,
+  type RemoteCommands,
+  rowOf,
+  type StartOffer,
+  type StartRequest,
+} from "./types.ts";
 
 /**
  * An append whose outcome is unknown (#suspect): the item sent and what memory would have
@@ -116,135 +97,16 @@ interface Doubt {
   };
 }
 
-/** The audit's view of one execution with a queued task (Executions.startAudit). */
-interface AuditEntry {
-  run: string;
-  seq: number;
-  /** When memory was first seen at this run and seq. */
-  at: number;
-  /** When it was last checked (0: not yet). */
-  checkedAt: number;
-}
-
 interface Active {
   state: ExecutionState;
   def: WorkflowDoc;
   timers: ReturnType<typeof setTimeout>[];
 }
 
-/**
- * Shared mode (cluster/shared.ts): this node's ownership of the executions it holds. Every
- * append carries the epoch held for its execution and the queue rows it changes; an append
- * fenced because another node took the execution over drops it from memory.
- *
- * Ownership is per process: an epoch read from orbit_owners is adopted only from a row that
- * names this node id and this process's `instance`. A process replaced under its node id (the
- * new one bumped the epochs) would otherwise read its successor's epoch as its own and write
- * beside it until its heartbeat told it.
- */
-export interface Ownership {
-  readonly nodeId: string;
-  /** This process (orbit_nodes.instance): the one that obtained the epochs it holds. */
-  readonly instance: string;
-  /** Epoch held per execution id (children carry their root's). */
-  readonly epochs: Map<string, number>;
-  /** The current owner of an execution, or null when none (finished, or never started). */
-  ownerOf(id: string): Promise<{ node_id: string; epoch: number; instance: string | null } | null>;
-  /**
-   * The row of `id` names this node id for another process of it. Takes the row's tree when
-   * this process holds the node id (a replaced process created it; the new epochs fence that
-   * one) and answers the epoch of `id`; null when this process does not hold the node id (it
-   * was replaced: it checks its heartbeat at once) or the row moved.
-   */
-  reclaim(id: string): Promise<number | null>;
-  /**
-   * An append was fenced by a row that names this node id: this process may have been
-   * replaced. Checks at once (its heartbeat), so that it stops serving as soon as it can tell.
-   */
-  replaced(): void;
-  /**
-   * Of these queued units (steps memory holds queued), those whose task row is claimed with no
-   * dispatch on its way to this node (no inbox entry of the execution) and no confirmation of
-   * the claim since `before`: claims whose recording was lost. (The audit, startAudit.)
-   */
-  staleClaims?(
-    units: Array<{ execution_id: string; unit: string }>,
-    before: number,
-  ): Promise<Array<{ execution_id: string; unit: string; token: string }>>;
-  /** Puts a claimed row back on the queue (REQUEUE_TASK); true when it was claimed. */
-  requeue?(token: string): Promise<boolean>;
-  /** Wakes when the execution may have closed (NOTIFY orbit_done); returns an unsubscribe. */
-  onDone(id: string, wake: () => void): () => void;
-  /**
-   * `--cache-executions`: the running executions this node owns whose next timer is due by
-   * `before` (the store's `listWaking`, of this node's executions only), with their epochs.
-   */
-  listWaking(
-    before: number,
-    after: WakingRow | null,
-    limit: number,
-  ): Promise<Array<WakingRow & { epoch: number }>>;
-}
-
-/** Shared mode: commands for an execution another node owns go through its inbox. */
-export interface RemoteCommands {
-  /**
-   * Applies `cmd` on the owner of `id`; null when nobody owns it (not running). With `take`,
-   * a result's owner may dispatch the step it makes ready to that worker session and answer
-   * the task (`tasks`).
-   */
-  forward(
-    id: string,
-    cmd: Command,
-    take?: EagerSession,
-  ): Promise<
-    { accepted: boolean; row?: ExecutionRow; seq?: number; tasks?: TaskPayload[] } | null
-  >;
-  /**
-   * Applies the pending inbox entries of an execution this node owns; answers how many there
-   * were (shared mode).
-   */
-  drainOwned?(id: string): Promise<number>;
-}
-
-export interface StartRequest {
-  workflow: string;
-  version?: string;
-  input?: unknown;
-  execution_id?: string;
-}
-
-export function rowOf(s: ExecutionState, now: number): ExecutionRow {
-  return {
-    execution_id: s.execution_id,
-    run_id: s.run_id,
-    root_id: s.root_id,
-    parent_id: s.parent_id,
-    workflow: s.workflow,
-    version: s.version,
-    status: s.status,
-    input: s.input,
-    output: s.phase === "closed" ? s.output : null,
-    error: s.error,
-    created_ms: s.created_ms,
-    closed_ms: s.closed_ms,
-    updated_ms: now,
-    last_seq: s.last_seq,
-  };
-}
-
 /** Whether an append from `prev` to `next` changes nothing of the row but its history's end. */
 function steady(prev: ExecutionState, next: ExecutionState, wake: number | null): boolean {
   return next.phase !== "closed" && prev.run_id === next.run_id && prev.status === next.status &&
     prev.input === next.input && prev.error === next.error && wakeAt(prev) === wake;
-}
-
-/** The execution a task token belongs to (`<execution id>/<uuid>`). */
-export function executionOfToken(token: string): string | null {
-  const i = token.lastIndexOf("/");
-  if (i <= 0 || i === token.length - 1) return null;
-  const id = token.slice(0, i);
-  return EXECUTION_ID_RE.test(id) ? id : null;
 }
 
 export class Executions {
@@ -280,9 +142,7 @@ export class Executions {
   #wakePoll: ReturnType<typeof setInterval> | undefined;
   #polling = false;
   /** The audit of memory against the history (see #auditOnce). */
-  #audit: ReturnType<typeof setInterval> | undefined;
-  #auditing = false;
-  #auditSeen = new Map<string, AuditEntry>();
+  #audit: MemoryAudit | undefined;
 
   constructor(
     readonly store: Store,
@@ -357,9 +217,9 @@ export class Executions {
     const own = this.opts.ownership;
     if (own) {
       // A child is created at its parent's epoch: the commit checks the parent's row at it.
-      const epoch = own.epochs.get(next.execution_id) ??
-        (next.parent_id !== null ? own.epochs.get(next.parent_id) : undefined) ??
-        (next.root_id !== next.execution_id ? own.epochs.get(next.root_id) : undefined) ?? 1;
+      const epoch = own.epochOf(next.execution_id) ??
+        (next.parent_id !== null ? own.epochOf(next.parent_id) : undefined) ??
+        (next.root_id !== next.execution_id ? own.epochOf(next.root_id) : undefined) ?? 1;
       const changes = sharedChanges(prev, next, events, now);
       for (const t of changes.enqueue) if (t.claimed) t.claimed.node_id = own.nodeId;
       for (const t of changes.take) t.claimed_by = own.nodeId;
@@ -372,7 +232,7 @@ export class Executions {
   /** After a committed append: the epoch is held from now on (a create's, a child's). */
   #held(item: AppendItem): void {
     if (item.shared && item.row.status === "running") {
-      this.opts.ownership!.epochs.set(item.row.execution_id, item.shared.epoch);
+      this.opts.ownership!.hold(item.row.execution_id, item.shared.epoch);
     }
   }
 
@@ -398,7 +258,7 @@ export class Executions {
     if (a) { for (const t of a.timers) clearTimeout(t); }
     this.#active.delete(id);
     this.#continuing.delete(id);
-    this.opts.ownership?.epochs.delete(id);
+    this.opts.ownership?.release(id);
     const timer = this.#suspect.get(id)?.timer;
     if (timer) clearTimeout(timer);
     this.#suspect.delete(id);
@@ -722,7 +582,7 @@ export class Executions {
       ? { type: "fail", token, error: result.error }
       : { type: "complete", token, output: result.output };
     const own = this.opts.ownership;
-    const held = own?.epochs.get(id);
+    const held = own?.epochOf(id);
     let r = await this.command(id, cmd, follow);
     if (r && !r.accepted && r.events.length === 0 && own && this.remote) {
       // Refused with no write, so no fence was met: memory may be that of an owner that lost
@@ -928,7 +788,7 @@ export class Executions {
       if (r.status !== "running" || (r.wake_at_ms !== null && r.wake_at_ms <= horizon)) {
         due.push(id);
       } else {
-        this.opts.ownership?.epochs.delete(id);
+        this.opts.ownership?.release(id);
         left++;
       }
     }
@@ -958,109 +818,19 @@ export class Executions {
   }
 
   /**
-   * Starts the audit of memory against the history (once): every AUDIT_EVERY_MS, executions
-   * whose queued task has waited AUDIT_AFTER_MS with memory unchanged are checked, a few at a
-   * time, each once per such wait: when the history holds an event after memory's last one, a
-   * commit landed that memory never installed (an outcome misread under cut connections), and
-   * the execution is rebuilt from the history, its landed dispatch marked uncertain and
-   * redelivered. Without it such an execution waits for ever: memory offers a task whose row a
-   * worker holds already (issue 36, shared mode under db-cut-storm). One read per checked
-   * execution, inside its turn; nothing while the queue moves.
+   * Starts the audit of memory against the history (lib/executions/audit.ts): every few
+   * seconds, executions whose queued task has waited with memory unchanged are checked.
    */
   startAudit(): void {
     if (this.#audit !== undefined || this.#stopped || this.opts.readOnly) return;
-    this.#audit = setInterval(() => {
-      this.#auditOnce().catch((e) =>
-        log.engine.warn("cannot check memory against the history; trying again", {
-          error: (e as Error).message,
-        })
-      );
-    }, AUDIT_EVERY_MS);
-  }
-
-  async #auditOnce(): Promise<void> {
-    if (this.#auditing || this.#stopped) return;
-    this.#auditing = true;
-    try {
-      const now = this.clock.now();
-      const seen = new Map<string, AuditEntry>();
-      const due: Array<[string, AuditEntry]> = [];
-      for (const [id, a] of this.#active) {
-        if (this.#suspect.has(id) || queuedSteps(a.state).length === 0) continue;
-        const prev = this.#auditSeen.get(id);
-        const entry = prev && prev.run === a.state.run_id && prev.seq === a.state.last_seq
-          ? prev
-          : { run: a.state.run_id, seq: a.state.last_seq, at: now, checkedAt: 0 };
-        seen.set(id, entry);
-        if (now - entry.at >= AUDIT_AFTER_MS && now - entry.checkedAt >= AUDIT_AGAIN_MS) {
-          due.push([id, entry]);
-        }
-      }
-      this.#auditSeen = seen;
-      // The longest unchecked first, a few per pass.
-      due.sort((x, y) => x[1].checkedAt - y[1].checkedAt);
-      const units: Array<{ execution_id: string; unit: string }> = [];
-      for (const [id, entry] of due.slice(0, AUDIT_BATCH)) {
-        await this.serial(id, async () => {
-          const a = this.#active.get(id);
-          if (
-            this.#stopped || !a || this.#suspect.has(id) || a.state.run_id !== entry.run ||
-            a.state.last_seq !== entry.seq
-          ) {
-            return;
-          }
-          const ahead = await this.store.readHistory(entry.run, entry.seq, 1);
-          entry.checkedAt = this.clock.now();
-          if (ahead.length === 0) {
-            for (const st of queuedSteps(a.state)) {
-              units.push({ execution_id: id, unit: unitOf(a.state, st) });
-            }
-            return;
-          }
-          log.engine.warn("memory is behind the history; rebuilding the execution from it", {
-            execution_id: id,
-            last_seq: entry.seq,
-            next_event: ahead[0]!.type,
-          });
-          this.metrics.memoryBehindHistory.inc();
-          this.#markSuspect(id, undefined, 0);
-        });
-      }
-      await this.#requeueStaleClaims(units, now - STALE_CLAIM_MS);
-    } finally {
-      this.#auditing = false;
-    }
-  }
-
-  /**
-   * Shared mode: a queued step whose row another process claimed, and whose dispatch never
-   * reached this owner's history (the claim's `dispatched` entry or its own recording lost
-   * with a connection or a takeover), goes back on the queue: nothing else would hand it out
-   * again. A worker that held it hears cancel; one that ran it already had its result refused
-   * (the history never named its token), so the task runs again, with the same idempotency key.
-   */
-  async #requeueStaleClaims(
-    units: Array<{ execution_id: string; unit: string }>,
-    before: number,
-  ): Promise<void> {
-    const own = this.opts.ownership;
-    if (!own?.staleClaims || !own.requeue || units.length === 0) return;
-    for (const c of await own.staleClaims(units, before)) {
-      await this.serial(c.execution_id, async () => {
-        const a = this.#active.get(c.execution_id);
-        if (!a || this.#suspect.has(c.execution_id)) return;
-        const st = queuedSteps(a.state).find((x) => unitOf(a.state, x) === c.unit);
-        if (!st) return;
-        if (await own.requeue!(c.token)) {
-          this.metrics.staleClaimsRequeued.inc();
-          log.engine.warn("a claim whose dispatch was never recorded goes back on the queue", {
-            execution_id: c.execution_id,
-            step: st.id,
-            token: c.token,
-          });
-        }
-      });
-    }
+    this.#audit = new MemoryAudit(this, {
+      readHistory: (run, after, limit) => this.store.readHistory(run, after, limit),
+      behind: (id) => this.#markSuspect(id, undefined, 0),
+      metrics: this.metrics,
+      ownership: this.opts.ownership ?? null,
+      now: () => this.clock.now(),
+    });
+    this.#audit.start();
   }
 
   /**
@@ -1092,10 +862,10 @@ export class Executions {
   async #loadOwned(id: string): Promise<void> {
     const own = this.opts.ownership;
     if (!own || this.#active.has(id)) return;
-    if (!own.epochs.has(id)) {
+    if (own.epochOf(id) === undefined) {
       const epoch = await this.#epochOf(id, await own.ownerOf(id));
       if (epoch === null || this.#active.has(id)) return;
-      own.epochs.set(id, epoch);
+      own.hold(id, epoch);
     }
     await this.#loadOne(id);
   }
@@ -1155,7 +925,7 @@ export class Executions {
           if (this.#active.has(w.execution_id)) continue;
           await this.serial(w.execution_id, () => {
             if (own && w.epoch !== undefined && !this.#active.has(w.execution_id)) {
-              own.epochs.set(w.execution_id, w.epoch);
+              own.hold(w.execution_id, w.epoch);
             }
             return this.#loadOne(w.execution_id);
           });
@@ -1197,7 +967,7 @@ export class Executions {
       for (const t of a.timers) clearTimeout(t);
       this.#active.delete(id);
       // Shared mode: the epoch is read again from orbit_owners when it loads.
-      this.opts.ownership?.epochs.delete(id);
+      this.opts.ownership?.release(id);
       this.#idle++;
       this.metrics.executionsEvicted.inc();
       over--;
@@ -1321,7 +1091,7 @@ export class Executions {
   stop(): void {
     this.#stopped = true;
     clearInterval(this.#wakePoll);
-    clearInterval(this.#audit);
+    this.#audit?.stop();
     for (const { timer } of this.#suspect.values()) if (timer) clearTimeout(timer);
     for (const a of this.#active.values()) for (const t of a.timers) clearTimeout(t);
     for (const set of this.#waiters.values()) for (const w of [...set]) w();
@@ -1521,7 +1291,7 @@ export class Executions {
         if (a) this.drop(id);
         return;
       }
-      own.epochs.set(id, epoch);
+      own.hold(id, epoch);
     }
     const def = await this.defs.get(row.workflow, row.version);
     if (!def) {
@@ -1563,7 +1333,7 @@ export class Executions {
     if (old) { for (const t of old.timers) clearTimeout(t); }
     if (next.phase === "closed") {
       this.#active.delete(id);
-      if (next.status !== "continued") this.opts.ownership?.epochs.delete(id);
+      if (next.status !== "continued") this.opts.ownership?.release(id);
       else if (!this.#stopped) this.#continuing.set(id, { ended: next, def });
       this.metrics.executionsClosed.inc({ status: next.status });
       log.engine.info(`execution ${next.status}`, { execution_id: id });

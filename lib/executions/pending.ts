@@ -22,7 +22,7 @@
  */
 import { type ExecutionState, isOpenStatus, replay, type StepState } from "../engine/state.ts";
 import type { HistoryEvent } from "../engine/events.ts";
-import type { ExecutionObserver } from "./executions.ts";
+import type { ExecutionObserver } from "./types.ts";
 import type { Runtime } from "../runtime.ts";
 import type { SessionView } from "../workers/dispatcher.ts";
 import { notFound } from "../errors.ts";

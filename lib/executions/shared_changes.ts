@@ -1,7 +1,7 @@
 /**
  * Shared mode: what an append changes in the shared task queue (`orbit_tasks`), derived from
  * the state before and after it, so that the rows are written in the same transaction as the
- * events (sql/postgres/shared.ts, COMMIT_OWNED). Pure: no I/O, no clock but the one passed.
+ * events (sql/postgres/shared/commit.ts, COMMIT_OWNED). Pure: no I/O, no clock but the one passed.
  *
  * A queued step is one row, identified by its unit: run, step, attempt and how many
  * dispatches that attempt had (a redelivery of the same attempt is a new unit). A unit that
@@ -15,7 +15,7 @@ import { type ExecutionState, queuedSteps, type StepState } from "../engine/stat
 import type { SharedAppend, TaskRow, TaskTake } from "../store/store.ts";
 
 /**
- * The head start of tasks of executions a node owns when it claims (sql/postgres/shared.ts,
+ * The head start of tasks of executions a node owns when it claims (sql/postgres/shared/tasks.ts,
  * claimTasks $7, and COMMIT_OWNED's take): a row owned elsewhere goes before an own row only
  * when it was queued more than this earlier, so it is never more than this behind strict age
  * order, whoever polls.

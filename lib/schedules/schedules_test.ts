@@ -1,6 +1,6 @@
 /** The pure schedule policy: occurrences, validation, catch-up, overlap, deterministic ids. */
 import assert from "node:assert/strict";
-import { EXECUTION_ID_RE } from "../executions/executions.ts";
+import { EXECUTION_ID_RE } from "../executions/types.ts";
 import {
   LATE_AFTER_MS,
   MAX_STEPS_PER_PASS,

@@ -9,7 +9,8 @@
  * ```
  */
 import type { Definitions } from "../definitions.ts";
-import type { Clock, Executions } from "../executions/executions.ts";
+import type { Executions } from "../executions/executions.ts";
+import type { Clock } from "../executions/types.ts";
 import type { Metrics } from "../metrics.ts";
 import type { Scheduler } from "./scheduler.ts";
 import type { ExecutionRow, ScheduleRow, Store } from "../store/store.ts";

@@ -26,7 +26,8 @@
  */
 import type { ErrorInfo } from "../engine/events.ts";
 import { type ExecutionState, isOpenStatus, openSteps, type StepState } from "../engine/state.ts";
-import type { ExecutionObserver, Executions } from "../executions/executions.ts";
+import type { Executions } from "../executions/executions.ts";
+import type { ExecutionObserver } from "../executions/types.ts";
 import { OrbitError } from "../errors.ts";
 import type { ExecutionRow } from "../store/store.ts";
 import { log } from "../log.ts";

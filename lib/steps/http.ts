@@ -21,7 +21,8 @@ import type { Command } from "../engine/decide.ts";
 import type { ErrorInfo } from "../engine/events.ts";
 import { httpAllowed, httpRefusal } from "../engine/http_allow.ts";
 import { type ExecutionState, openSteps, type StepState } from "../engine/state.ts";
-import type { ExecutionObserver, Executions } from "../executions/executions.ts";
+import type { Executions } from "../executions/executions.ts";
+import type { ExecutionObserver } from "../executions/types.ts";
 import { log } from "../log.ts";
 
 export const HTTP_WORKER = "orbit-http";

@@ -20,6 +20,10 @@
  * await store.migrate();
  * await store.close();
  * ```
+ *
+ * Why one file of this size: the store is one interface (`Store`) over one client; its
+ * statements live in `sql/postgres/` and what is shared mode's in `sql/postgres/shared/`; what
+ * is left here is the driver, whose methods share the client, the fence and the commit path.
  */
 import postgres from "postgres";
 import type { ExecutionStatus, HistoryEvent } from "../engine/events.ts";
@@ -28,7 +32,7 @@ import {
   COMMIT_OWNED_LISTS,
   commitOwned,
   type CommitOwnedParts,
-} from "../../sql/postgres/shared.ts";
+} from "../../sql/postgres/shared/commit.ts";
 import { CREATE_MIGRATIONS_TABLE, MIGRATIONS } from "../../sql/postgres/migrations.ts";
 import { log } from "../log.ts";
 import { WatchedClient } from "./watched_client.ts";

@@ -1,5 +1,5 @@
 /**
- * The shared-mode commit (sql/postgres/shared.ts COMMIT_OWNED): ownership rows written with
+ * The shared-mode commit (sql/postgres/shared/commit.ts COMMIT_OWNED): ownership rows written with
  * the create and deleted with the terminal status, the per-execution fence, and the queue and
  * inbox rows written in the same statement as the events.
  */
@@ -30,7 +30,7 @@ import {
   SHARED_CONNECTION_SETTINGS,
   TAKE_CANCELLED,
   TASKS_OF,
-} from "../../sql/postgres/shared.ts";
+} from "../../sql/postgres/shared/mod.ts";
 import { waitFor } from "../../tests/support/server.ts";
 
 function shared(node: string, epoch: number, over: Partial<SharedAppend> = {}): SharedAppend {
@@ -609,9 +609,9 @@ Deno.test("postgres shared inbox and node list: with many executions owned, read
   await onSharedConnection(async (sql) => {
     // The plans are made while the tables are empty, and kept.
     await sql.unsafe(`PREPARE inbox (text, integer) AS ${READ_INBOX}`);
-    await sql.unsafe(`PREPARE orphans (integer) AS ${ORPHAN_INBOX}`);
+    await sql.unsafe(`PREPARE orphans (integer, bigint) AS ${ORPHAN_INBOX}`);
     await sql.unsafe(`PREPARE nodes (bigint) AS ${LIST_NODES}`);
-    for (const e of ["inbox ('n1', 100)", "orphans (100)", "nodes (3000)"]) {
+    for (const e of ["inbox ('n1', 100)", "orphans (100, 1)", "nodes (3000)"]) {
       await sql.unsafe(`EXECUTE ${e}`);
     }
     await sql`INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance, owned)
@@ -628,7 +628,7 @@ Deno.test("postgres shared inbox and node list: with many executions owned, read
     for (
       const [execute, answer] of [
         ["EXECUTE inbox ('n1', 100)", ["x7"]],
-        ["EXECUTE orphans (100)", ["gone"]],
+        ["EXECUTE orphans (100, 1)", ["gone"]],
       ] as const
     ) {
       const { nodes } = await explain(sql, execute, true);

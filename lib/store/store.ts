@@ -85,7 +85,7 @@ export interface TaskRow {
 }
 
 /**
- * What a shared-mode append changes besides the history (sql/postgres/shared.ts,
+ * What a shared-mode append changes besides the history (sql/postgres/shared/commit.ts,
  * COMMIT_OWNED). The append is written only while `orbit_owners` names `node_id` at `epoch`
  * for the execution (a create inserts that row).
  */

@@ -8,7 +8,7 @@
  * whose connection closes; but once in CI, after a PostgreSQL restart, every later statement of
  * a client waited behind one PostgreSQL never received (the connection idle on PostgreSQL's
  * side for 15 minutes), and a black-holed database link (no FIN, no reset) does the same to any
- * client. The heartbeat connection of shared mode has its own detector (cluster/shared.ts).
+ * client. The heartbeat connection of shared mode has its own detector (cluster/shared/membership.ts).
  *
  * ```ts
  * const db = new WatchedClient(() => postgres(url), { what: "the store's" });

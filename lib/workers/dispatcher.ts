@@ -15,8 +15,9 @@
 import type { ErrorInfo, HistoryEvent } from "../engine/events.ts";
 import type { Command } from "../engine/decide.ts";
 import { type ExecutionState, newlyQueued, queuedSteps, type StepState } from "../engine/state.ts";
-import type { ExecutionObserver, Executions, StartOffer } from "../executions/executions.ts";
-import { executionOfToken } from "../executions/executions.ts";
+import type { Executions } from "../executions/executions.ts";
+import type { ExecutionObserver, StartOffer } from "../executions/types.ts";
+import { executionOfToken } from "../executions/types.ts";
 import type { Metrics } from "../metrics.ts";
 import { log } from "../log.ts";
 import {
@@ -63,7 +64,7 @@ interface Waiter {
 
 /**
  * What the routes use of a worker service: this module's in-memory one on a single server
- * and in standby mode, cluster/shared_workers.ts over the shared tables in shared mode.
+ * and in standby mode, cluster/shared/workers.ts over the shared tables in shared mode.
  */
 /** Who holds a live attempt: its task and contract, and its session's worker (null: gone). */
 export interface TokenHolder {

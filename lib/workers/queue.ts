@@ -7,7 +7,7 @@
  * scheduled at that attempt (dispatched eagerly, cancelled, timed out) is dropped when met.
  *
  * `MemoryTaskQueue` is the single server's (and standby mode's) queue. Shared mode keeps its
- * own queue over the `orbit_tasks` table, in cluster/shared_workers.ts: there a claim is one
+ * own queue over the `orbit_tasks` table, in cluster/shared/claims.ts: there a claim is one
  * `FOR UPDATE SKIP LOCKED` statement, asynchronous, and not an implementation of this
  * interface; a `MemoryTaskQueue` there mirrors the rows of the executions the server owns, so
  * that a result can hand its freed slot one of them in its own commit.

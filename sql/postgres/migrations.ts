@@ -174,7 +174,7 @@ ALTER TABLE orbit_schedules ADD COLUMN buffered_ms bigint, ADD COLUMN last_fired
     name: "shared mode",
     sql: `
 -- instance: the process behind a node id (a uuid per start), so that two processes given one
--- --node-id notice each other (cluster/shared.ts).
+-- --node-id notice each other (cluster/shared/membership.ts).
 ALTER TABLE orbit_nodes ADD COLUMN instance text;
 
 -- A task row is one queue episode of a step (unit = run, step, attempt, dispatches so far),
@@ -221,7 +221,7 @@ ALTER TABLE orbit_nodes ADD COLUMN owned bigint;
     version: 6,
     name: "claim index over queued task rows only",
     sql: `
--- Claims read queued rows only (sql/postgres/shared.ts). Indexed over every row, each task's
+-- Claims read queued rows only (sql/postgres/shared/tasks.ts). Indexed over every row, each task's
 -- row was entered in the index twice more (claimed: its state and token change, so the update
 -- is not HOT; and eagerly dispatched rows are inserted claimed); now only while queued.
 DROP INDEX IF EXISTS orbit_tasks_claim_idx;
@@ -245,7 +245,7 @@ DROP INDEX IF EXISTS execution_events_execution_idx;
 -- instance: the process (orbit_nodes.instance) that obtained the row's epoch, by creating the
 -- execution, taking it over or resuming it after a restart. A process adopts an epoch it reads
 -- only from a row of its own instance: a process replaced under its node id (the new one bumped
--- the epochs) must not come back at its successor's epoch (cluster/shared.ts). Rows already
+-- the epochs) must not come back at its successor's epoch (cluster/shared/membership.ts). Rows already
 -- there belong to their node's current process. The node index carries the instance, so that
 -- the rows of a node held by another process of it are found in a few index probes (STALE_ROOTS).
 ALTER TABLE orbit_owners ADD COLUMN instance text;

@@ -10,12 +10,12 @@
  * const r = await a.call("GET", "/v1/ready"); // { status, body, ms }
  * ```
  */
-import { SharedNode } from "../../cluster/shared.ts";
+import { SharedNode } from "../../cluster/shared/node.ts";
 import { Runtime } from "../../lib/runtime.ts";
 import { createApp } from "../../routes/app.ts";
 import type { Store } from "../../lib/store/store.ts";
 import type postgres from "postgres";
-import { TAKE_OVER } from "../../sql/postgres/shared.ts";
+import { TAKE_OVER } from "../../sql/postgres/shared/mod.ts";
 
 export function inProcessNode(
   url: string,

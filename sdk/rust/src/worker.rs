@@ -3,6 +3,10 @@
 //! when the runtime cancels it (heartbeats carry cancellations) or its deadline passes, reports
 //! each result until it is delivered, retries every connection error and 5xx with backoff and
 //! jitter, registers again after 404 UNKNOWN_SESSION, and stops gracefully.
+//!
+//! Why one file of this size: the worker's parts (session, slots, execution, report, heartbeat)
+//! share one `Arc<Inner>` of state and its locks; split into modules they would each need that
+//! state's private fields made crate-visible. Its sections follow those roles, in that order.
 
 use crate::backoff::{stderr_logger, Backoff, Level, Logger, Retrier};
 use crate::cancel::{CancelToken, Reason};

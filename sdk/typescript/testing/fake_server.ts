@@ -10,6 +10,9 @@
  *
  * Tests wait for conditions with {@link FakeOrbit.waitFor}, which re-checks on every change of
  * the fake's state.
+ *
+ * Why one file of this size: it is a test double that SDK tests import whole; its routes share
+ * one in-memory state and one fault switchboard.
  */
 
 /** What to do to one request. */

@@ -31,6 +31,11 @@ import java.util.function.Supplier;
  * connection error and 5xx with backoff and jitter, registers again after 404 UNKNOWN_SESSION,
  * and stops gracefully.
  *
+ * <p>Why one file of this size: the worker's parts (its builder, the session, the slot threads,
+ * execution, reports and the heartbeat thread) share the worker's private state under one
+ * monitor; Java would make every such field package-visible to split them into classes. The
+ * sections follow those roles.
+ *
  * <pre>{@code
  * Worker w = Worker.builder()
  *     .server("http://127.0.0.1:7233").workerId("orders-java")
