@@ -18,6 +18,7 @@ import { DatabaseSync } from "node:sqlite";
 import postgres from "postgres";
 import { api, type ServerProcess, startServer, tempDir, waitFor } from "./server.ts";
 import { sharedPostgres } from "./pg.ts";
+import { registerWorker } from "./workers.ts";
 
 export const TOKEN = "secret";
 export const LIMIT = 65_536;
@@ -362,15 +363,13 @@ async function setUp(url: string): Promise<Fixture> {
     paused: true,
   });
   assert.equal(sched.status, 201, JSON.stringify(sched.body));
-  const reg = await c.post("/v1/workers/register", {
+  const session = await registerWorker(c, {
     worker_id: "hostile-worker",
     runtime: "deno",
     tasks: [{ name: "payments.charge", contract: "1" }],
     concurrency: 2,
   });
-  assert.equal(reg.status, 200, JSON.stringify(reg.body));
-  assert.equal(typeof reg.body.session_id, "string");
-  return { url, session: reg.body.session_id, runId: run.body.run_id };
+  return { url, session, runId: run.body.run_id };
 }
 
 async function hostileRun(
