@@ -26,7 +26,7 @@
  * connection role, and with `--pg-statements` its statements (bench/postgres_stats.ts).
  */
 import { parseArgs } from "node:util";
-import { api, killOnExit, tempDir } from "../tests/support/server.ts";
+import { api, tempDir } from "../tests/support/server.ts";
 import { ORDER_WORKFLOW, orderInput, WAITER_WORKFLOW } from "../tests/support/orders.ts";
 import { sharedPostgres, stopSharedPostgres } from "../tests/support/pg.ts";
 import { PYTHON_WORKFLOW, startPythonWorker } from "../sdk/python/testing/process.ts";
@@ -34,6 +34,16 @@ import { startBenchServers } from "./cluster.ts";
 import { Client } from "../sdk/typescript/client.ts";
 import { PG_STATEMENTS_OPTIONS, PostgresStats } from "./postgres_stats.ts";
 import { startWorkerProcess } from "../tests/conformance/worker_process.ts";
+import {
+  busySampler,
+  cpuSeconds,
+  machineCpuSeconds,
+  memoryMb,
+  postgresCpuSeconds,
+  runQueueSeconds,
+  writeBytes,
+} from "./proc_stats.ts";
+import { startProbeWorker, WORKER_PROF } from "./probe_worker.ts";
 import {
   COMPILED_LANGUAGES,
   type CompiledLanguage,
@@ -124,123 +134,6 @@ function languageOf(workerId: string): string {
   return !m ? "typescript" : m[1] === "py" ? "python" : m[1]!;
 }
 
-/** A process's resident memory now (VmRSS) or at its peak (VmHWM), in MB. */
-function memoryMb(pid: number, field: "VmRSS" | "VmHWM"): number {
-  try {
-    const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(
-      Deno.readTextFileSync(`/proc/${pid}/status`),
-    );
-    return m ? Math.round(Number(m[1]) / 1024) : NaN;
-  } catch {
-    return NaN;
-  }
-}
-
-/** The fields of /proc/<path>/stat after the command name (state is [0], utime [11], stime [12]). */
-function statFields(path: string): string[] | null {
-  try {
-    return Deno.readTextFileSync(`/proc/${path}/stat`).split(") ")[1]!.split(" ");
-  } catch {
-    return null;
-  }
-}
-
-/** CPU seconds (user + system) a process (or, with `tid`, one of its threads) has used. */
-function cpuSeconds(pid: number, tid?: number): number {
-  const f = statFields(tid === undefined ? `${pid}` : `${pid}/task/${tid}`);
-  return f ? (Number(f[11]) + Number(f[12])) / 100 : NaN;
-}
-
-/**
- * User + system CPU seconds of every PostgreSQL process on the machine (command `postgres`):
- * the harness's cluster, its backends included (a backend that exits during the run takes its
- * share with it; the servers' pools keep theirs open).
- */
-function postgresCpuSeconds(): number {
-  let sum = 0;
-  for (const e of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(e.name)) continue;
-    try {
-      if (Deno.readTextFileSync(`/proc/${e.name}/comm`).trim() !== "postgres") continue;
-    } catch {
-      continue;
-    }
-    const cpu = cpuSeconds(Number(e.name));
-    if (!Number.isNaN(cpu)) sum += cpu;
-  }
-  return sum;
-}
-
-/**
- * User + system CPU seconds of the whole machine (`/proc/stat`): the server, the workers, the
- * clients, PostgreSQL's backends — and anything else running on it.
- */
-function machineCpuSeconds(): number {
-  const cpu = Deno.readTextFileSync("/proc/stat").split("\n")[0]!.trim().split(/\s+/).map(Number);
-  // user nice system idle iowait irq softirq steal
-  return (cpu[1]! + cpu[2]! + cpu[3]! + cpu[6]! + cpu[7]!) / 100;
-}
-
-/** Bytes the process caused to be written to storage (`/proc/<pid>/io` write_bytes). */
-function writeBytes(pid: number): number {
-  try {
-    const m = /^write_bytes: (\d+)$/m.exec(Deno.readTextFileSync(`/proc/${pid}/io`));
-    return m ? Number(m[1]) : NaN;
-  } catch {
-    return NaN;
-  }
-}
-
-/** Seconds a thread waited on the run queue for a core (`/proc/.../schedstat`, second field). */
-function runQueueSeconds(pid: number, tid: number): number {
-  try {
-    return Number(Deno.readTextFileSync(`/proc/${pid}/task/${tid}/schedstat`).split(" ")[1]) / 1e9;
-  } catch {
-    return NaN;
-  }
-}
-
-/**
- * Samples the state of a process's main thread every 2 ms: R (running or runnable) and D (in
- * an uninterruptible wait, a commit's fsync) count as busy, S (waiting for I/O events) as idle.
- * The stat file stays open and is read again from its start into one buffer: opening, reading
- * and decoding it anew 500 times a second was 12 % of this process's busy time (its CPU runs on
- * the same two cores as the server it measures).
- */
-function busySampler(pid: number) {
-  let busy = 0;
-  let total = 0;
-  let file: Deno.FsFile | null = null;
-  try {
-    file = Deno.openSync(`/proc/${pid}/task/${pid}/stat`);
-  } catch { /* gone: no samples */ }
-  const buf = new Uint8Array(1024);
-  const PAREN = 0x29; // ")": the state follows the command name as ") S "
-  const timer = setInterval(() => {
-    if (!file) return;
-    let n: number | null;
-    try {
-      file.seekSync(0, Deno.SeekMode.Start);
-      n = file.readSync(buf);
-    } catch {
-      return;
-    }
-    if (n === null) return;
-    const close = buf.subarray(0, n).lastIndexOf(PAREN);
-    if (close < 0 || close + 2 >= n) return;
-    const state = String.fromCharCode(buf[close + 2]!);
-    total++;
-    if (state === "R" || state === "D") busy++;
-  }, 2);
-  return {
-    stop: () => {
-      clearInterval(timer);
-      file?.close();
-      return total === 0 ? NaN : busy / total;
-    },
-  };
-}
-
 /** Counters of the server's /v1/metrics this benchmark reads. */
 async function serverCounters(c: ReturnType<typeof api>) {
   const r = await c.call("GET", "/v1/metrics");
@@ -257,76 +150,6 @@ async function serverCounters(c: ReturnType<typeof api>) {
     commits: read("orbit_commits_total"),
     events: read("orbit_events_appended_total"),
     commitSeconds: read("orbit_append_latency_seconds_sum"),
-  };
-}
-
-const probes = new Set<Deno.ChildProcess>();
-killOnExit(probes);
-
-/** The example worker under `bench/worker_probe.ts`, which reports its cycle on SIGUSR1. */
-/** `ORBIT_BENCH_WORKER_CPU_PROF=DIR`: CPU profiles of the TypeScript workers (written on SIGTERM). */
-const WORKER_PROF = Deno.env.get("ORBIT_BENCH_WORKER_CPU_PROF");
-
-function startProbeWorker(server: string, env: Record<string, string>) {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      ...(WORKER_PROF ? ["--cpu-prof", `--cpu-prof-dir=${WORKER_PROF}`] : []),
-      new URL("./worker_probe.ts", import.meta.url).pathname,
-      "--server",
-      server,
-    ],
-    env: { NO_COLOR: "1", ...env },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "null",
-  }).spawn();
-  probes.add(child);
-  const lines: string[] = [];
-  const wakers = new Set<() => void>();
-  const pump = (async () => {
-    let buf = "";
-    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
-      buf += chunk;
-      let i;
-      while ((i = buf.indexOf("\n")) >= 0) {
-        lines.push(buf.slice(0, i));
-        buf = buf.slice(i + 1);
-        for (const w of [...wakers]) w();
-      }
-    }
-  })();
-  const status = child.status.then(async (s) => {
-    probes.delete(child);
-    await pump;
-    return s;
-  });
-  return {
-    pid: child.pid,
-    /** The cycle samples since the previous call. */
-    async cycle(): Promise<{ n: number; p50_ms: number; p99_ms: number }> {
-      const seen = lines.length;
-      const got = new Promise<void>((resolve) => {
-        const check = () => {
-          if (lines.slice(seen).some((l) => l.startsWith('{"cycle"'))) {
-            wakers.delete(check);
-            resolve();
-          }
-        };
-        wakers.add(check);
-      });
-      child.kill("SIGUSR1");
-      await Promise.race([got, new Promise((r) => setTimeout(r, 5000))]);
-      const line = lines.slice(seen).find((l) => l.startsWith('{"cycle"'));
-      return line ? JSON.parse(line).cycle : { n: 0, p50_ms: NaN, p99_ms: NaN };
-    },
-    kill: async (signal: Deno.Signal = "SIGKILL") => {
-      try {
-        child.kill(signal);
-      } catch { /* gone */ }
-      return await status;
-    },
   };
 }
 

@@ -22,6 +22,7 @@ import {
   type WorkerProcess,
 } from "./support/orders.ts";
 import { described, run, runDeno } from "./support/run.ts";
+import { registerWorker } from "./support/workers.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const TASKS: Record<string, string> = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`)).tasks;
@@ -149,15 +150,14 @@ Deno.test({
           const server = await startServer({ db: `${dir}/legacy.db`, entry: bundle, cwd: dir });
           servers.push(server);
           const http = api(server.url);
-          const reg = await http.post("/v1/workers/register", {
+          const session = await registerWorker(http, {
             worker_id: "legacy-probe",
             runtime: "test",
             tasks: [{ name: "probe.task", contract: "1" }],
             concurrency: 1,
           });
-          assert.equal(reg.status, 200, JSON.stringify(reg.body));
           const poll = await http.post("/v1/workers/poll", {
-            session_id: reg.body.session_id,
+            session_id: session,
             wait_s: 0,
           });
           assert.equal(poll.status, 200, JSON.stringify(poll.body));

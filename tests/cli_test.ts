@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { api, MAIN, type ServerProcess, startServer, tempDir } from "./support/server.ts";
+import { registerWorker } from "./support/workers.ts";
 
 interface Run {
   code: number;
@@ -123,14 +124,12 @@ export function helper() { return 1; }
 /** A worker session serving `task`, driven by raw fetch calls. */
 async function rawWorker(base: string, workerId: string, task: string, token?: string) {
   const http = api(base, token);
-  const reg = await http.post("/v1/workers/register", {
+  const session = await registerWorker(http, {
     worker_id: workerId,
     runtime: "test",
     tasks: [{ name: task, contract: "1" }],
     concurrency: 1,
   });
-  assert.equal(reg.status, 200, JSON.stringify(reg.body));
-  const session = reg.body.session_id as string;
   return {
     session,
     /** Long-polls until one task arrives. */

@@ -17,6 +17,7 @@ import assert from "node:assert/strict";
 import { type BrowserContext, chromium, type Page } from "playwright-core";
 import { api, type ServerProcess, startServer, tempDir, waitFor } from "./support/server.ts";
 import { ORDER_WORKFLOW, orderInput, startOrderWorker } from "./support/orders.ts";
+import { registerWorker } from "./support/workers.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
 const TOKEN = "console-test-token";
@@ -172,13 +173,12 @@ Deno.test({
       assert.equal(sched.status, 201, JSON.stringify(sched.body));
       // A worker whose id is markup: it must show as text.
       const evil = `<img src=x onerror="window.__pwned=1">ü/worker`;
-      const reg = await c.post("/v1/workers/register", {
+      await registerWorker(c, {
         worker_id: evil,
         runtime: "python",
         tasks: [{ name: "reports.build", contract: "2" }],
         concurrency: 2,
       });
-      assert.equal(reg.status, 200, JSON.stringify(reg.body));
 
       context = await launchChromium(dir);
       const page = context.pages()[0] ?? await context.newPage();
@@ -501,7 +501,7 @@ Deno.test({
       });
       assert.equal(started.status, 201, JSON.stringify(started.body));
       // Long names, for the narrow window.
-      const reg = await c.post("/v1/workers/register", {
+      await registerWorker(c, {
         worker_id: "fulfilment-worker-eu-west-1-a-7f9c2d4e-long-hostname.internal",
         runtime: "typescript",
         tasks: [
@@ -510,7 +510,6 @@ Deno.test({
         ],
         concurrency: 4,
       });
-      assert.equal(reg.status, 200, JSON.stringify(reg.body));
       const sched = await c.post("/v1/schedules", {
         schedule_id: "nightly-timers-for-every-region-of-the-world",
         workflow: "Timers",

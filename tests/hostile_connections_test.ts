@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { api, startServer, tempDir, waitFor } from "./support/server.ts";
 import { readAnswer, writeAll } from "./support/raw_http.ts";
 import { serverRefusal } from "./support/refusal.ts";
+import { registerWorker } from "./support/workers.ts";
 
 const HEADER_S = 1;
 const IDLE_S = 2;
@@ -73,13 +74,12 @@ Deno.test({
 
       // Long polls and waits longer than both timeouts, on connections silent meanwhile.
       const c = api(server.url);
-      const reg = await c.post("/v1/workers/register", {
+      const session = await registerWorker(c, {
         worker_id: "w-long",
         tasks: [{ name: "nothing.here", contract: "1" }],
       });
-      assert.equal(reg.status, 200);
       const pollSince = Date.now();
-      const poll = c.post("/v1/workers/poll", { session_id: reg.body.session_id, wait_s: 4 });
+      const poll = c.post("/v1/workers/poll", { session_id: session, wait_s: 4 });
       assert.equal(
         (await c.post("/v1/workflows", {
           ir: "orbit-ir/1",

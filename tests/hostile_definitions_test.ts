@@ -13,6 +13,7 @@
  */
 import assert from "node:assert/strict";
 import { api, type ServerProcess, startServer, tempDir, waitFor } from "./support/server.ts";
+import { registerWorker } from "./support/workers.ts";
 
 const BUDGET_MS = 300;
 const ARGS = [
@@ -170,15 +171,14 @@ Deno.test("hostile definitions fail their own execution or are refused, and the 
         );
         const s = await start(c, "Hostile.Saga");
         const id = s.body.execution_id;
-        const reg = await c.post("/v1/workers/register", {
+        const session = await registerWorker(c, {
           worker_id: "hostile-w",
           runtime: "test",
           tasks: [{ name: "hostile.pay", contract: "1" }],
           concurrency: 1,
         });
-        assert.equal(reg.status, 200, JSON.stringify(reg.body));
         const polled = await c.post("/v1/workers/poll", {
-          session_id: reg.body.session_id,
+          session_id: session,
           max_tasks: 1,
           wait_s: 10,
         });
@@ -198,7 +198,7 @@ Deno.test("hostile definitions fail their own execution or are refused, and the 
           x.type === "StepFailed" && x.step !== "pay"
         );
         assert.equal(failed?.error?.code, "EXPRESSION_LIMIT", JSON.stringify(h.body.events));
-        await c.post("/v1/workers/unregister", { session_id: reg.body.session_id });
+        await c.post("/v1/workers/unregister", { session_id: session });
         await check("saga");
       },
     );

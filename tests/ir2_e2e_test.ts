@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { api, type ServerProcess, startServer, waitFor } from "./support/server.ts";
 import { testEachStore } from "./support/stores.ts";
+import { registerWorker } from "./support/workers.ts";
 
 type Api = ReturnType<typeof api>;
 
@@ -53,16 +54,15 @@ function rawWorker(
   let stopped = false;
   const c = api(base);
   const loop = (async () => {
-    const reg = await c.post("/v1/workers/register", {
+    const session = await registerWorker(c, {
       worker_id: "e2e-worker",
       runtime: "typescript",
       tasks: Object.keys(handlers).map((name) => ({ name, contract: "1" })),
       concurrency: 8,
     });
-    assert.equal(reg.status, 200, JSON.stringify(reg.body));
     while (!stopped) {
       const r = await c.post("/v1/workers/poll", {
-        session_id: reg.body.session_id,
+        session_id: session,
         max_tasks: 8,
         wait_s: 0.5,
       });

@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { api, startServer, tempDir, waitFor } from "./support/server.ts";
+import { registerWorker } from "./support/workers.ts";
 
 Deno.test({
   name: "an attempt its live worker never lists in its heartbeats is redelivered",
@@ -29,13 +30,12 @@ Deno.test({
         })).status,
         201,
       );
-      const reg = await c.post("/v1/workers/register", {
+      const session = await registerWorker(c, {
         worker_id: "w",
         runtime: "typescript",
         tasks: [{ name: "lost.work", contract: "1" }],
         concurrency: 2,
       });
-      const session = reg.body.session_id;
       assert.equal(
         (await c.post("/v1/executions", { workflow: "Lost", execution_id: "l-1" }))
           .status,

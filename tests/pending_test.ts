@@ -9,6 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { api, MAIN, type ServerProcess, startServer, tempDir, waitFor } from "./support/server.ts";
+import { registerWorker } from "./support/workers.ts";
 import { pendingOf } from "../lib/executions/pending.ts";
 import { Runtime } from "../lib/runtime.ts";
 import { openSqliteStore } from "../lib/store/sqlite.ts";
@@ -131,21 +132,19 @@ Deno.test("pending: a queued task names the missing worker, then free slots, bus
 
     // A worker in another language does not serve it; one in TypeScript does.
     const w = api(s.url, TOKEN);
-    const other = await w.post("/v1/workers/register", {
+    await registerWorker(w, {
       worker_id: "py-worker",
       runtime: "python",
       tasks: [{ name: "pend.work", contract: "1" }],
       concurrency: 4,
     });
-    assert.equal(other.status, 200);
     assert.equal((await until(c, "p1", "work", "QUEUED_NO_WORKER")).sessions, 0);
-    const reg = await w.post("/v1/workers/register", {
+    const session = await registerWorker(w, {
       worker_id: "ts-worker",
       runtime: "typescript",
       tasks: [{ name: "pend.work", contract: "1" }],
       concurrency: 1,
     });
-    const session = reg.body.session_id as string;
     const free = await until(c, "p1", "work", "QUEUED_FOR_POLL");
     assert.deepEqual([free.sessions, free.slots, free.busy_slots], [1, 1, 0]);
 
@@ -178,14 +177,14 @@ Deno.test("pending: a queued task names the missing worker, then free slots, bus
     assert.match(lost.message, /last served by worker ts-worker at \S+Z/);
 
     // A retryable failure: the backoff names the next attempt's start.
-    const again = await w.post("/v1/workers/register", {
+    const again = await registerWorker(w, {
       worker_id: "ts-worker-2",
       runtime: "typescript",
       tasks: [{ name: "pend.work", contract: "1" }],
       concurrency: 4,
     });
     const got = await w.post("/v1/workers/poll", {
-      session_id: again.body.session_id,
+      session_id: again,
       max_tasks: 4,
       wait_s: 5,
     });

@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { api, startServer, tempDir, waitFor } from "./support/server.ts";
+import { registerWorker } from "./support/workers.ts";
 
 const ONE = {
   ir: "orbit-ir/1",
@@ -29,13 +30,12 @@ Deno.test({
     try {
       const a = api(server.url);
       assert.equal((await a.post("/v1/workflows", ONE)).status, 201);
-      const reg = await a.post("/v1/workers/register", {
+      const session = await registerWorker(a, {
         worker_id: "vanishing",
         runtime: "typescript",
         tasks: [{ name: "t.held", contract: "1" }],
         concurrency: 2,
       });
-      const session = reg.body.session_id as string;
       assert.equal(
         (await a.post("/v1/executions", { workflow: "Held", execution_id: "h-1", input: 1 }))
           .status,

@@ -1,0 +1,157 @@
+/**
+ * The client CLI's plumbing (cli/commands.ts): the context every subcommand runs with, the
+ * options they share, error printing and exit codes, and argument parsers.
+ */
+import { type Command, type CommanderError, InvalidArgumentError, Option } from "commander";
+import { ApiError, DEFAULT_SERVER, normalizeServer, OrbitHttp, UnreachableError } from "./http.ts";
+import { CliError, EXIT, str, usageError } from "./output.ts";
+
+export interface Ctx {
+  http: OrbitHttp;
+  json: boolean;
+}
+
+export type Json = Record<string, unknown>;
+
+export function out(line: string): void {
+  console.log(line);
+}
+
+export function err(line: string): void {
+  console.error(line);
+}
+
+export function printJson(v: unknown): void {
+  out(JSON.stringify(v));
+}
+
+/** Commander's own errors (unknown option, missing argument, bad value) are usage errors. */
+export function commanderExit(e: CommanderError): never {
+  Deno.exit(e.exitCode === 0 ? EXIT.OK : EXIT.USAGE);
+}
+
+export function printApiError(e: ApiError, context?: string): void {
+  err(`error: ${e.code}: ${e.message}${context ? ` (${context})` : ""}`);
+  const problems = e.details.problems;
+  if (Array.isArray(problems)) {
+    for (const p of problems) {
+      if (p && typeof p === "object") {
+        const { path, message } = p as { path?: unknown; message?: unknown };
+        err(`  ${str(path)}: ${str(message)}`);
+      }
+    }
+  }
+  if (e.status === 401) err("  (pass --token or set ORBIT_TOKEN)");
+}
+
+/** Prints an error and answers its exit code. */
+export function report(e: unknown, json: boolean): number {
+  if (e instanceof CliError) {
+    err(`error: ${e.code ? `${e.code}: ` : ""}${e.message}`);
+    for (const l of e.lines) err(`  ${l}`);
+    return e.exitCode;
+  }
+  if (e instanceof ApiError) {
+    if (json && e.body !== null && typeof e.body === "object") printJson(e.body);
+    printApiError(e);
+    return EXIT.FAILED;
+  }
+  if (e instanceof UnreachableError) {
+    err(`error: ${e.message}`);
+    return EXIT.UNREACHABLE;
+  }
+  err(`error: ${(e as Error)?.message ?? String(e)}`);
+  return EXIT.FAILED;
+}
+
+export interface ClientOptions {
+  server: string;
+  token?: string;
+  json?: boolean;
+  [key: string]: unknown;
+}
+
+export function context(opts: ClientOptions): Ctx {
+  let server: string;
+  try {
+    server = normalizeServer(opts.server);
+  } catch (e) {
+    throw usageError(`--server ${opts.server}: not a usable URL: ${(e as Error).message}`);
+  }
+  const http = new OrbitHttp({
+    server,
+    token: opts.token,
+    onRedirect: (from, to) =>
+      err(`note: ${from} is not the leader; repeating the request at ${to}`),
+  });
+  return { http, json: opts.json === true };
+}
+
+/**
+ * Wraps a subcommand: builds the context from its options, runs it, prints any error and
+ * exits with the code. Commander calls actions with the declared arguments, then the options,
+ * then the command.
+ */
+export function act(
+  fn: (ctx: Ctx, args: unknown[], opts: ClientOptions) => Promise<number | void>,
+): (...params: unknown[]) => Promise<void> {
+  return async (...params: unknown[]) => {
+    const cmd = params.at(-1) as Command;
+    const opts = cmd.opts() as ClientOptions;
+    let code: number;
+    try {
+      code = (await fn(context(opts), params.slice(0, -2), opts)) ?? EXIT.OK;
+    } catch (e) {
+      code = report(e, opts.json === true);
+    }
+    if (code !== EXIT.OK) Deno.exit(code);
+  };
+}
+
+/** A subcommand with the options every client subcommand shares. */
+export function clientCommand(parent: Command, nameAndArgs: string, description: string): Command {
+  return parent.command(nameAndArgs)
+    .description(description)
+    .addOption(
+      new Option("--server <url>", "ORBIT server URL").env("ORBIT_SERVER").default(DEFAULT_SERVER),
+    )
+    .addOption(new Option("--token <token>", "bearer token").env("ORBIT_TOKEN"))
+    .option("--json", "print the raw JSON response instead of a table")
+    .exitOverride(commanderExit);
+}
+
+export function parseSeconds(v: string): number {
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isFinite(n) || n < 0) {
+    throw new InvalidArgumentError("must be a number of seconds (0 or more)");
+  }
+  return n;
+}
+
+export function parseCount(v: string): number {
+  if (!/^\d{1,9}$/.test(v.trim())) throw new InvalidArgumentError("must be a non-negative integer");
+  return Number(v);
+}
+
+/** A JSON argument, or `@FILE` for the JSON in a file. */
+export async function parseJsonArg(flag: string, v: string): Promise<unknown> {
+  let text = v;
+  let where = flag;
+  if (v.startsWith("@")) {
+    const file = v.slice(1);
+    where = `${flag} ${v}`;
+    try {
+      text = await Deno.readTextFile(file);
+    } catch (e) {
+      if (e instanceof Deno.errors.NotFound) throw usageError(`${where}: no such file`);
+      throw usageError(`${where}: cannot read: ${(e as Error).message}`);
+    }
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw usageError(`${where} is not valid JSON: ${(e as Error).message}`);
+  }
+}
+
+export const enc = encodeURIComponent;
