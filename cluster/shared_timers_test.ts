@@ -5,6 +5,10 @@
  * takes its executions over after the node timeout while A runs on with them in memory, as a
  * node that was paused or whose heartbeat is wedged: A's timers come due as B's do, and only
  * B's may write.
+ *
+ * Why one file over 800 lines: every test here holds a node's heartbeat back the same way and
+ * waits out the same node timeout; run one after another they do not compete for the CPU that
+ * decides when the takeover comes.
  */
 import assert from "node:assert/strict";
 import { migratedDatabase } from "../tests/support/pg.ts";

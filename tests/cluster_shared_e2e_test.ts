@@ -10,6 +10,10 @@
  *
  * `ORBIT_SHARED_ORDERS` sets the size of the order runs (default 60; the issue's acceptance run
  * is 600). `ORBIT_TEST_LOGS=1` echoes every server and worker line.
+ *
+ * Why one file over 800 lines: its tests run one after another on purpose. Each starts three
+ * servers, a worker and a proxy; as separate files, `--parallel` would run two such clusters
+ * side by side on two cores, and the page's three-second timeouts would measure the machine.
  */
 import assert from "node:assert/strict";
 import { api, waitFor } from "./support/server.ts";
