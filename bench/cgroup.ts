@@ -174,7 +174,7 @@ export class CpuCaps {
   static make(
     cpus: number,
     n: number,
-    o: { root?: string; prefix?: string } = {},
+    o: { root?: string | undefined; prefix?: string } = {},
   ): CpuCaps {
     const quota = quotaUs(cpus); // a RangeError for a cap that is no number of CPUs
     const root = o.root ?? DEFAULT_CGROUP_ROOT;
@@ -254,9 +254,10 @@ export class CpuCaps {
  * `--server-cpus`: the groups for `n` servers, or the refusal printed and the process ended
  * (exit code 2) before anything is started.
  */
-export function capServersOrExit(cpus: number, n: number, o: { root?: string } = {}): CpuCaps {
+export function capServersOrExit(cpus: number, n: number): CpuCaps {
   try {
-    const caps = CpuCaps.make(cpus, n, o);
+    // ORBIT_BENCH_CGROUP_ROOT: a cgroup filesystem mounted elsewhere than /sys/fs/cgroup.
+    const caps = CpuCaps.make(cpus, n, { root: Deno.env.get("ORBIT_BENCH_CGROUP_ROOT") });
     console.error(`  ${n} CPU cgroup${n > 1 ? "s" : ""}: ${caps.describe()} each`);
     return caps;
   } catch (e) {
