@@ -127,26 +127,46 @@ function procCpuSeconds(pid: number): number {
 export interface ServerShare {
   pid: number;
   cpu_ms_per_order: number;
-  /** With a cap: periods the group was throttled in, of the periods it ran in, and for how long. */
+  /**
+   * With a cap: periods the group was throttled in, of the periods it ran in, and for how long
+   * (cgroup v1 sums the throttled time over the CPUs: it can exceed the window).
+   */
   throttled_periods: number | null;
   periods: number | null;
   throttled_ms: number | null;
+  /** HTTP requests the server answered per order (how evenly the load is spread). */
+  requests_per_order: number;
+}
+
+/** orbit_http_requests_total of a server, summed over its labels. */
+async function requestsTotal(url: string): Promise<number> {
+  try {
+    const text = await (await fetch(`${url}/v1/metrics`)).text();
+    return [...text.matchAll(/^orbit_http_requests_total(?:\{[^}]*\})? (\S+)$/gm)]
+      .reduce((n, m) => n + Number(m[1]), 0);
+  } catch {
+    return NaN;
+  }
 }
 
 /**
  * Each server's CPU per order over a window (from /proc, as the bench's server total), and with
  * a cap how often its group was throttled (its cgroup's cpu.stat).
  */
-export function serverShares(servers: ServerProcess[], caps: CpuCaps | null) {
-  const read = () =>
-    servers.map((s, i) => ({
+export async function serverShares(servers: ServerProcess[], caps: CpuCaps | null) {
+  const read = async () => {
+    // CPU first (at the window's edge), then the requests over HTTP.
+    const cpu = servers.map((s, i) => ({
       cpu: procCpuSeconds(s.pid),
       stat: caps?.groups[i]?.stat() ?? null as CpuStat | null,
     }));
-  const start = read();
+    const requests = await Promise.all(servers.map((s) => requestsTotal(s.url)));
+    return cpu.map((c, i) => ({ ...c, requests: requests[i]! }));
+  };
+  const start = await read();
   return {
-    finish(orders: number): ServerShare[] {
-      return read().map((end, i) => {
+    async finish(orders: number): Promise<ServerShare[]> {
+      return (await read()).map((end, i) => {
         const s0 = start[i]!;
         const round = (x: number) => Math.round(x * 100) / 100;
         return {
@@ -159,19 +179,18 @@ export function serverShares(servers: ServerProcess[], caps: CpuCaps | null) {
           throttled_ms: end.stat && s0.stat
             ? Math.round((end.stat.throttledUs - s0.stat.throttledUs) / 1000)
             : null,
+          requests_per_order: round((end.requests - s0.requests) / orders),
         };
       });
     },
   };
 }
 
-/** "bench-1 3.10 ms (throttled in 80 of 95 periods, 1,234 ms)" for each server. */
+/** "server 1 3.1 ms, 2.7 requests (throttled in 80 of 95 periods)" for each server. */
 export function describeShares(shares: ServerShare[]): string {
   return shares.map((s, i) =>
-    `server ${i + 1} ${s.cpu_ms_per_order} ms${
-      s.periods !== null
-        ? ` (throttled in ${s.throttled_periods} of ${s.periods} periods, ${s.throttled_ms} ms)`
-        : ""
+    `server ${i + 1} ${s.cpu_ms_per_order} ms, ${s.requests_per_order} requests${
+      s.periods !== null ? ` (throttled in ${s.throttled_periods} of ${s.periods} periods)` : ""
     }`
   ).join(", ");
 }

@@ -542,18 +542,18 @@ async function bench(store: "sqlite" | "postgres") {
     const postgres0 = store === "postgres" ? postgresCpuSeconds() : 0;
     const written0 = pids.reduce((sum, pid) => sum + writeBytes(pid), 0);
     const sampler = busySampler(server.pid);
-    const shares = serverShares(cluster.servers, CPU_CAPS);
+    const shares = await serverShares(cluster.servers, CPU_CAPS);
     const started = performance.now();
     await drive("bench", ORDERS, latencies);
     const seconds = (performance.now() - started) / 1000;
     const busy = sampler.stop();
-    const perServer = shares.finish(ORDERS);
     const machineCpu = machineCpuSeconds() - machine0;
     const benchCpu = cpuSeconds(Deno.pid) - bench0;
     const postgresCpu = store === "postgres" ? postgresCpuSeconds() - postgres0 : 0;
     const pgDetail = await pgStats?.finish(ORDERS);
     const written = pids.reduce((sum, pid) => sum + writeBytes(pid), 0) - written0;
     const serverCpu = allCpu() - cpu0.server;
+    const perServer = await shares.finish(ORDERS);
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
     const mainWaiting = runQueueSeconds(server.pid, server.pid) - cpu0.mainWaiting;
     /** Each language's worker CPU seconds during the run (the workers' total is their sum). */
