@@ -11,6 +11,10 @@
  *                       (workers in several languages: the CPU per order of each language's)
  *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
  *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
+ *   deno task bench --cluster shared --servers 3 --workers 3 --spread   (no proxy: client i on
+ *                       server i % 3, worker process j on server j % 3, as a round-robin balancer)
+ *   deno task bench --cluster shared --servers 3 --server-cpus 0.25   (each server in a cgroup of
+ *                       its own capped at 0.25 CPU; also without --cluster: bench/cgroup.ts)
  *   deno task bench --deno-args="--v8-flags=--max-semi-space-size=2"   (flags for the server's deno run)
  *   deno task bench --waiting 100000    (that many executions wait for a signal through the run)
  *   deno task bench --store postgres --pg-statements   (PostgreSQL's statements per order, too)
@@ -30,7 +34,8 @@ import { api, tempDir } from "../tests/support/server.ts";
 import { ORDER_WORKFLOW, orderInput, WAITER_WORKFLOW } from "../tests/support/orders.ts";
 import { sharedPostgres, stopSharedPostgres } from "../tests/support/pg.ts";
 import { PYTHON_WORKFLOW, startPythonWorker } from "../sdk/python/testing/process.ts";
-import { startBenchServers } from "./cluster.ts";
+import { describeShares, serverShares, startBenchServers } from "./cluster.ts";
+import { capServersOrExit } from "./cgroup.ts";
 import { Client } from "../sdk/typescript/client.ts";
 import { PG_STATEMENTS_OPTIONS, PostgresStats } from "./postgres_stats.ts";
 import { startWorkerProcess } from "../tests/conformance/worker_process.ts";
@@ -80,6 +85,10 @@ const { values } = parseArgs({
     servers: { type: "string", default: "1" },
     // Shared mode without the proxy: clients and workers talk to the first server.
     "no-proxy": { type: "boolean", default: false },
+    // Without the proxy: client i on server i % N, worker process j on server j % N.
+    spread: { type: "boolean", default: false },
+    // Each server in a cgroup of its own capped at that many CPUs (bench/cgroup.ts).
+    "server-cpus": { type: "string" },
     // Executions started first that wait for a signal the whole run (how the cost grows with
     // the work the server holds: beyond --cache-executions they leave memory).
     waiting: { type: "string", default: "0" },
@@ -99,6 +108,12 @@ const SHARED = values.cluster === "shared" ? Number(values.servers) : 0;
 if (values.cluster && values.cluster !== "shared") {
   throw new Error(`--cluster ${values.cluster}: only shared is benchmarked`);
 }
+const SPREAD = values.spread;
+if (SPREAD && SHARED < 1) throw new Error("--spread: the shared servers of --cluster shared");
+// Before anything is started: refused (exit 2) where no cgroup can be made.
+const CPU_CAPS = values["server-cpus"] === undefined
+  ? null
+  : capServersOrExit(Number(values["server-cpus"]), Math.max(1, SHARED));
 const ORDERS = Number(values.orders);
 const WARMUP = Number(values.warmup);
 if (!Number.isInteger(WARMUP) || WARMUP < 0) throw new Error("--warmup: a count of orders");
@@ -171,7 +186,9 @@ async function bench(store: "sqlite" | "postgres") {
     db,
     args: extra,
     shared: SHARED,
-    proxy: !values["no-proxy"],
+    proxy: !values["no-proxy"] && !SPREAD,
+    spread: SPREAD,
+    ...(CPU_CAPS ? { cpuCaps: CPU_CAPS } : {}),
     ...(denoArgs.length ? { denoArgs } : {}),
   });
   // The first server stands for all in what is measured per process (main thread, RSS);
@@ -193,25 +210,28 @@ async function bench(store: "sqlite" | "postgres") {
   const workers = Array.from(
     { length: Number(values["ts-workers"] ?? values.workers) },
     (_, i) =>
-      startProbeWorker(server.url, {
+      startProbeWorker(cluster.route(i), {
         ORDER_TRACE: "0",
         ORDER_CONCURRENCY: values.concurrency,
         ORDER_WORKER_ID: `bench-${i}`,
       }),
   );
-  const pythonWorkers = Array.from({ length: pyCount }, (_, i) =>
-    startPythonWorker(server.url, {
-      ORDER_TRACE: "0",
-      ORDER_CONCURRENCY: values.concurrency,
-      ORDER_WORKER_ID: `bench-py-${i}`,
-    }));
+  const pythonWorkers = Array.from(
+    { length: pyCount },
+    (_, i) =>
+      startPythonWorker(cluster.route(i), {
+        ORDER_TRACE: "0",
+        ORDER_CONCURRENCY: values.concurrency,
+        ORDER_WORKER_ID: `bench-py-${i}`,
+      }),
+  );
   const compiledWorkers = COMPILED.flatMap((l) =>
     Array.from({ length: COMPILED_COUNTS.get(l)! }, (_, i) => {
       const id = `bench-${l}-${i}`;
       return {
         language: l as string,
         id,
-        process: startWorkerProcess(id, COMPILED_COMMANDS.get(l)!, server.url, {
+        process: startWorkerProcess(id, COMPILED_COMMANDS.get(l)!, cluster.route(i), {
           ORDER_TRACE: "0",
           ORDER_CONCURRENCY: values.concurrency,
           ORDER_WORKER_ID: id,
@@ -228,7 +248,10 @@ async function bench(store: "sqlite" | "postgres") {
   const languages = [...new Set(allWorkers.map((w) => w.language))];
   /** Several languages: each one's CPU per order and tasks are printed. */
   const mixed = pyCount > 0 || compiledWorkers.length > 0;
-  const client = new Client({ server: server.url, transport: CLIENT_TRANSPORT });
+  // One Client per address (with --spread, per server): client loop k uses clients[k % n].
+  const clients = cluster.urls.map((url) =>
+    new Client({ server: url, transport: CLIENT_TRANSPORT })
+  );
   const pgStats = store === "postgres"
     ? new PostgresStats(db, { statements: values["pg-statements"] })
     : null;
@@ -305,7 +328,8 @@ async function bench(store: "sqlite" | "postgres") {
      */
     const drive = async (prefix: string, count: number, latencies: number[]) => {
       let next = 0;
-      await Promise.all(Array.from({ length: CLIENTS }, async () => {
+      await Promise.all(Array.from({ length: CLIENTS }, async (_, k) => {
+        const client = clients[k % clients.length]!;
         while (next < count) {
           const id = `${prefix}-${next++}`;
           const t0 = performance.now();
@@ -341,6 +365,7 @@ async function bench(store: "sqlite" | "postgres") {
     const postgres0 = store === "postgres" ? postgresCpuSeconds() : 0;
     const written0 = pids.reduce((sum, pid) => sum + writeBytes(pid), 0);
     const sampler = busySampler(server.pid);
+    const shares = await serverShares(cluster.servers, CPU_CAPS);
     const started = performance.now();
     await drive("bench", ORDERS, latencies);
     const seconds = (performance.now() - started) / 1000;
@@ -351,6 +376,7 @@ async function bench(store: "sqlite" | "postgres") {
     const pgDetail = await pgStats?.finish(ORDERS);
     const written = pids.reduce((sum, pid) => sum + writeBytes(pid), 0) - written0;
     const serverCpu = allCpu() - cpu0.server;
+    const perServer = await shares.finish(ORDERS);
     const mainCpu = cpuSeconds(server.pid, server.pid) - cpu0.main;
     const mainWaiting = runQueueSeconds(server.pid, server.pid) - cpu0.mainWaiting;
     /** Each language's worker CPU seconds during the run (the workers' total is their sum). */
@@ -397,9 +423,13 @@ async function bench(store: "sqlite" | "postgres") {
     return {
       store: SHARED > 0
         ? `${store}, ${SHARED} shared server${SHARED > 1 ? "s" : ""}${
-          values["no-proxy"] ? " (no proxy)" : ""
-        }`
-        : store,
+          SPREAD ? " (no proxy, spread)" : values["no-proxy"] ? " (no proxy)" : ""
+        }${CPU_CAPS ? `, ${CPU_CAPS.cpus} CPU each` : ""}`
+        : `${store}${CPU_CAPS ? `, ${CPU_CAPS.cpus} CPU` : ""}`,
+      // --server-cpus: the cap of each server, and each one's CPU per order (and throttling).
+      server_cpus: CPU_CAPS ? CPU_CAPS.cpus : null,
+      server_cap: CPU_CAPS?.describe() ?? null,
+      servers: perServer,
       orders: ORDERS,
       warmup: WARMUP,
       clients: CLIENTS,
@@ -469,7 +499,7 @@ async function bench(store: "sqlite" | "postgres") {
     };
   } finally {
     await pgStats?.close();
-    client.close();
+    for (const client of clients) client.close();
     for (const w of workers) await w.kill(WORKER_PROF ? "SIGTERM" : "SIGKILL");
     for (const w of pythonWorkers) await w.kill("SIGKILL");
     for (const w of compiledWorkers) await w.process.kill("SIGKILL");
@@ -493,7 +523,7 @@ for (const s of stores) {
       r.warmup ? `, after ${r.warmup} warm-up orders` : ""
     }; ${r.seconds} s)\n` +
       `  CPU per order: server ${r.server_cpu_ms_per_order} ms, workers ${r.worker_cpu_ms_per_order} ms, whole machine ${r.machine_cpu_ms_per_order} ms (server ${r.server_cpu_s} s, workers ${r.worker_cpu_s} s; PostgreSQL ${r.postgres_cpu_ms_per_order} ms, this bench's clients${
-        SHARED > 0 && !values["no-proxy"] ? " and proxy" : ""
+        SHARED > 0 && !values["no-proxy"] && !SPREAD ? " and proxy" : ""
       } ${r.bench_cpu_ms_per_order} ms per order)\n` +
       `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.requests_per_order} HTTP requests and ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each; server wrote ${r.server_written_kb_per_order} KB per order${
         SHARED > 0 ? `; ${r.forwards_per_order} forwards to an owner per order` : ""
@@ -501,6 +531,13 @@ for (const s of stores) {
         Math.round(r.main_thread_cpu_share * 100)
       } %, waiting for a core ${Math.round(r.main_thread_waiting_for_cpu_share * 100)} %)`,
   );
+  if (r.server_cpus !== null || r.servers.length > 1) {
+    console.log(
+      `  CPU per order by server${
+        r.server_cpus !== null ? ` (each capped at ${r.server_cpus} CPU: ${r.server_cap})` : ""
+      }: ${describeShares(r.servers)}`,
+    );
+  }
   if (r.worker_cpu_ms_per_order_by_language) {
     console.log(
       `  worker CPU per order by language: ${
@@ -534,4 +571,6 @@ for (const s of stores) {
   }
 }
 await stopSharedPostgres();
+const left = CPU_CAPS?.removeSync() ?? [];
+if (left.length) console.error(`  CPU cgroups not removed (a process still in them): ${left}`);
 console.log(JSON.stringify(results));

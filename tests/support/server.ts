@@ -38,6 +38,8 @@ export interface ServerOptions {
   cwd?: string;
   /** Sees every line first; a line it answers `false` for is not kept in `logs`. */
   onLine?: (line: string) => boolean;
+  /** Called with the PID right after the spawn, before the server listens (a CPU cgroup). */
+  onSpawn?: (pid: number) => void;
 }
 
 const running = new Set<Deno.ChildProcess>();
@@ -65,6 +67,18 @@ export async function startServer(o: ServerOptions): Promise<ServerProcess> {
     stderr: "piped",
   }).spawn();
   running.add(child);
+  if (o.onSpawn) {
+    try {
+      o.onSpawn(child.pid);
+    } catch (e) {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* gone */ }
+      await child.status;
+      running.delete(child);
+      throw e;
+    }
+  }
   const logs: string[] = [];
   const watchers = new Set<() => void>();
   const pump = async (stream: ReadableStream<Uint8Array>) => {
