@@ -116,6 +116,18 @@ export class Metrics {
     "orbit_commands_forwarded_total",
     "Shared mode: commands sent to the inbox of the node that owns the execution, by kind.",
   );
+  readonly taskClaims = new Counter(
+    "orbit_task_claims_total",
+    "Shared mode: claim statements run on the shared queue, by whether they found tasks.",
+  );
+  readonly notificationsSent = new Counter(
+    "orbit_notifications_sent_total",
+    "Shared mode: notifications sent (NOTIFY), by channel.",
+  );
+  readonly notificationsReceived = new Counter(
+    "orbit_notifications_received_total",
+    "Shared mode: notifications this node's listener received for it, by channel.",
+  );
   readonly schedulesFired = new Counter(
     "orbit_schedules_fired_total",
     "Schedule occurrences started.",
@@ -150,6 +162,9 @@ export class Metrics {
       this.memoryBehindHistory,
       this.staleClaimsRequeued,
       this.commandsForwarded,
+      this.taskClaims,
+      this.notificationsSent,
+      this.notificationsReceived,
       this.schedulesFired,
       this.httpRequests,
       this.pollLatency,

@@ -2,9 +2,11 @@
  * Shared mode: commands that reach a server which does not own the execution go through the
  * owner's inbox (reference page, "Inbox"), and are answered as on one server.
  *
- * - A worker's result reported through another server comes back with the next task: the
- *   owner dispatches the step the result makes ready to the reporting worker's session in the
- *   commit of the result (eager dispatch, as on one server) and sends the task with its reply.
+ * - A worker's result reported through another server comes back with the next task when no
+ *   worker serving it talks to the owner: the owner dispatches the step the result makes ready
+ *   to the reporting worker's session in the commit of the result (eager dispatch, as on one
+ *   server) and sends the task with its reply. When the owner's own workers serve it, the step
+ *   stays with them, so that the execution's later results are not forwarded too.
  * - A reply that does not fit into a notification (NOTIFY payloads end at 8000 bytes: an
  *   execution with a large input, a task with a large input) is answered all the same, at
  *   once: the waiting server reads what was left out. Before, the reply was lost and a signal
@@ -170,6 +172,78 @@ Deno.test({
       assert.ok(["cancelled", "running"].includes(cancel.body.status), cancel.body.status);
       const w2 = await b.get("/v1/executions/big-2/wait?timeout_s=10");
       assert.equal(w2.body.status, "cancelled");
+    }),
+});
+
+Deno.test({
+  ...T,
+  name: "shared: a result forwarded to the owner leaves the next step with the workers that " +
+    "talk to the owner, so the execution's later results are not forwarded too",
+  fn: () =>
+    withTwo(async (c) => {
+      // Issue 39: the reply used to carry the next step to the reporting worker, whose slot is
+      // on the other server, so every later result of the execution was forwarded as well.
+      const [owner, other] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
+      const a = api(owner.url);
+      const b = api(other.url);
+      assert.equal((await a.post("/v1/workflows", TWO_STEPS)).status, 201);
+      const reg = (base: typeof a, worker_id: string) =>
+        base.post("/v1/workers/register", {
+          worker_id,
+          runtime: "typescript",
+          tasks: [{ name: "t.fwd", contract: "1" }],
+          concurrency: 1,
+        }).then((r) => {
+          assert.equal(r.status, 200, JSON.stringify(r.body));
+          return r.body.session_id as string;
+        });
+      const far = await reg(b, "far-worker");
+      const near = await reg(a, "near-worker");
+      // Whether the near worker's poll is already waiting on the owner cannot be seen from
+      // outside: it gets a moment, and a round whose result came first is tried again.
+      let kept = 0;
+      for (let i = 1; i <= 5 && kept === 0; i++) {
+        const id = `keep-${i}`;
+        await start(owner.url, { workflow: "TwoSteps", execution_id: id, input: i });
+        // The far worker takes step a through the server that does not own the execution.
+        const polled = await b.post("/v1/workers/poll", { session_id: far, wait_s: 10 });
+        assert.equal(polled.status, 200, JSON.stringify(polled.body));
+        const [first] = polled.body.tasks;
+        assert.equal(first.step, "a");
+        const waiting = a.post("/v1/workers/poll", { session_id: near, wait_s: 3 });
+        await new Promise((r) => setTimeout(r, 100 * i));
+        // Its result goes through that server: forwarded to the owner's inbox.
+        const done = await b.post("/v1/tasks/complete", {
+          token: first.token,
+          output: 2,
+          session_id: far,
+          max_tasks: 1,
+        });
+        assert.equal(done.status, 200, JSON.stringify(done.body));
+        assert.equal(done.body.accepted, true);
+        const got = await waiting;
+        assert.equal(got.status, 200, JSON.stringify(got.body));
+        const next = [...(done.body.tasks ?? []), ...got.body.tasks];
+        assert.equal(next.length, 1, JSON.stringify({ done: done.body, got: got.body }));
+        assert.equal(next[0].step, "b");
+        const dispatched = (await historyOf(owner.url, id)).filter((e) =>
+          e.type === "StepDispatched" && e.step === "b"
+        );
+        assert.equal(dispatched.length, 1);
+        if (got.body.tasks.length === 1) {
+          // Kept with the owner's worker, dispatched in the result's commit.
+          assert.equal(dispatched[0].worker_session, near);
+          kept++;
+        }
+        const last = await api(got.body.tasks.length === 1 ? owner.url : other.url).post(
+          "/v1/tasks/complete",
+          { token: next[0].token, output: 3 },
+        );
+        assert.equal(last.body.accepted, true);
+        const w = await a.get(`/v1/executions/${id}/wait?timeout_s=10`);
+        assert.equal(w.body.status, "completed");
+      }
+      assert.equal(kept, 1, "no forwarded result left its next step with the owner's worker");
     }),
 });
 

@@ -133,6 +133,7 @@ export class Claims {
       });
       throw e;
     }
+    metrics.taskClaims.inc({ found: rows.length === 0 ? "none" : "some" });
     if (rows.length === 0) this.#empty.set(s.session_id, { gen, ms: now });
     else this.#empty.delete(s.session_id);
     const owners = new Set<string>();

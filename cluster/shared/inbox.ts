@@ -200,16 +200,17 @@ export class Inbox {
           return;
         }
       }
-      // A result forwarded with its worker's session: the step it makes ready goes to that
-      // worker with the reply, as on one server.
+      // A result forwarded with its worker's session: the step it makes ready goes to a worker
+      // of this server's when one serves it, else to that worker with the reply (Workers.eager).
       const take = (cmd.type === "complete" || cmd.type === "fail") && e.payload.take
-        ? c.workers?.eager(e.execution_id, e.payload.take as EagerSession)
+        ? c.workers?.eager(e.execution_id, e.payload.take as EagerSession, true)
         : undefined;
       let r;
       try {
         // Owned here: should it leave memory meanwhile (--cache-executions), it loads again.
         r = await ex.command(e.execution_id, cmd, take?.follow, [e.seq], true);
       } catch (err) {
+        take?.failed();
         if (err instanceof InboxGoneError) {
           // Withdrawn by the server that forwarded it (it has answered its client), or applied
           // by an earlier commit that landed: nothing was written, nothing to answer.
@@ -221,6 +222,10 @@ export class Inbox {
         }
         return; // storage errors and fencing: the entry stays for the owner to apply
       }
+      // The step the result made ready: to the reporting worker (with the reply), or to a
+      // poll waiting here, delivered now that the append committed (Workers.eager).
+      const next = take && r ? take.tasks(r) : [];
+      if (!r) take?.failed();
       // Applied: the commit of its events deleted the entry, or it is deleted now (unless this
       // node turns out to have lost the execution: the new owner answers it then).
       if ((!r || r.events.length === 0) && !(await this.#settle(e))) return;
@@ -235,10 +240,7 @@ export class Inbox {
         else m.tasksSucceeded.inc();
       }
       const reply = replyOf(cmd, r ?? null, e.execution_id, c.now());
-      if (take && r) {
-        const tasks = take.tasks(r);
-        if (tasks.length > 0) reply.tasks = tasks;
-      }
+      if (next.length > 0) reply.tasks = next;
       this.#finish(e, reply);
     } finally {
       this.#applying.delete(e.seq);

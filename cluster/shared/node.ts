@@ -211,13 +211,26 @@ export class SharedNode implements ClusterView, RemoteCommands {
     rt.executions.memoryCurrent = () => this.memoryCurrent();
     ctx.rt = rt;
     this.#app = this.opts.app(rt);
+    const got = (channel: string) => rt.metrics.notificationsReceived.inc({ channel });
     await listen(conns.listen, id, {
-      tasks: (own) => own ? ctx.workers?.wake() : ctx.workers?.wakeRemote(),
+      tasks: (own) => {
+        got("orbit_tasks");
+        own ? ctx.workers?.wake() : ctx.workers?.wakeRemote();
+      },
       tasksMissed: () => ctx.workers?.wakeRemote(),
-      inbox: (entry) => entry ? this.inbox.direct(entry) : this.inbox.drain(),
-      done: (execId) => this.notifier.wakeDone(execId),
+      inbox: (entry) => {
+        got("orbit_inbox");
+        entry ? this.inbox.direct(entry) : this.inbox.drain();
+      },
+      done: (execId) => {
+        got("orbit_done");
+        this.notifier.wakeDone(execId);
+      },
       defs: (name) => name === null ? rt.definitions.forgetAll() : rt.definitions.forget(name),
-      reply: (text) => this.forwarder.onReply(text),
+      reply: (text) => {
+        got("orbit_reply");
+        this.forwarder.onReply(text);
+      },
     });
   }
 

@@ -94,6 +94,8 @@ export class Notifier {
       while (this.#outbox.size > 0 && this.ctx.conns) {
         const batch = [...this.#outbox.values()];
         this.#outbox.clear();
+        const m = this.ctx.rt?.metrics;
+        if (m) { for (const n of batch) m.notificationsSent.inc({ channel: n.channel }); }
         await this.ctx.sql("req")(q.NOTIFY, [batch]).catch((e) =>
           log.shared.warn("shared: cannot send notifications", { error: (e as Error).message })
         );

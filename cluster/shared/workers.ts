@@ -451,8 +451,8 @@ export class SharedWorkers implements WorkerService {
         return offer?.command ?? null;
       }
       : undefined;
-    // Owned elsewhere: the owner dispatches the next step to this session in the commit of
-    // the result and sends the task back with its reply.
+    // Owned elsewhere: unless workers serving it talk to the owner (eager), the owner dispatches
+    // the next step to this session in the commit of the result and sends it with its reply.
     const remote = s && id && !a
       ? {
         session_id: s.session_id,
@@ -518,26 +518,61 @@ export class SharedWorkers implements WorkerService {
    * session serves is dispatched to it in the same append (its task row is written claimed).
    * Only a step that was not queued before: a queued row may be claimed by another server at
    * this very moment. Used for results reported here and for results forwarded to this owner.
+   *
+   * A forwarded result (`forwarded`) keeps the step here when workers that serve it talk to
+   * this server: a poll waiting here gets it in the same append (as a start's first task, see
+   * #offerReady), or else its row is queued for this server's next poll; the reporting worker's
+   * slot takes its next task where it reports (its own server's queue, then a claim). Sent back
+   * with the reply, the step would go to the worker that reports through the other server, and
+   * so would every later step of the execution, each result forwarded again (issue 39: 1.5
+   * forwards per order of six steps with three shared servers behind the proxy). Only when no
+   * worker serving it talks to this server does the reporting worker get the step, as before.
    */
-  eager(id: string, s: EagerSession): {
+  eager(id: string, s: EagerSession, forwarded = false): {
     follow: (state: ExecutionState) => Command | null;
     tasks: (r: { followed: boolean; state: ExecutionState | null }) => TaskPayload[];
+    /** The append failed: a poll set aside for it waits on. */
+    failed: () => void;
   } {
     let taken: { step: string; token: string } | null = null;
+    let offer: StartOffer | null = null;
     return {
       follow: (state) => {
         taken = null;
+        offer?.release();
+        offer = forwarded ? this.#offerReady(id, state) : null;
+        if (offer) return offer.command;
         const st = newlyQueued(this.executions.stateOf(id), state).find((st) => serves(s, st));
-        if (!st) return null;
+        if (!st || (forwarded && this.#servedHere(st))) return null;
         const command = dispatchTo(state.execution_id, st.id, s, this.opts.newId);
         taken = { step: st.id, token: command.token };
         return command;
       },
       tasks: (r) => {
+        const o = offer as StartOffer | null;
+        offer = null;
+        if (o) {
+          if (r.followed && r.state) o.deliver(r.state);
+          else o.release();
+          return [];
+        }
         const t = taken as { step: string; token: string } | null;
         return r.followed && r.state && t ? [payload(r.state, t.step, t.token)] : [];
       },
+      failed: () => {
+        (offer as StartOffer | null)?.release();
+        offer = null;
+      },
     };
+  }
+
+  /** Whether a session that serves the step made a request through this server lately. */
+  #servedHere(st: StepState): boolean {
+    const since = this.opts.now() - this.opts.sessionTimeoutMs;
+    for (const x of this.sessions.values()) {
+      if (x.last_contact_ms >= since && serves(x, st)) return true;
+    }
+    return false;
   }
 
   sessionViews(): Promise<SessionView[]> {
