@@ -75,6 +75,8 @@ export function loadProtos(): protoLoader.PackageDefinition {
     longs: Number,
     enums: String,
     defaults: false,
+    // A repeated field is never absent: an empty one is [] (proto3 cannot tell them apart).
+    arrays: true,
     oneofs: false,
   });
 }
