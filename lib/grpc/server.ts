@@ -16,6 +16,9 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { ReflectionService } from "@grpc/reflection";
 import { Buffer } from "node:buffer";
+import protobuf from "protobufjs";
+import { PROTO_FILES } from "./proto_files.ts";
+import { PROTOS } from "./protos.ts";
 import { NotLeaderError, OrbitError } from "../errors.ts";
 import { log } from "../log.ts";
 import {
@@ -56,21 +59,13 @@ export interface GrpcServer {
   shutdown(): Promise<void>;
 }
 
-const PROTO_ROOT = new URL("../../proto/", import.meta.url).pathname;
-export const PROTO_FILES = [
-  "orbit/v1/common.proto",
-  "orbit/v1/workflows.proto",
-  "orbit/v1/executions.proto",
-  "orbit/v1/schedules.proto",
-  "orbit/v1/workers.proto",
-  "orbit/v1/system.proto",
-  "grpc/health/v1/health.proto",
-];
-
 /** The package definition (also what tests' and the SDK's clients load). */
 export function loadProtos(): protoLoader.PackageDefinition {
-  return protoLoader.loadSync(PROTO_FILES, {
-    includeDirs: [PROTO_ROOT],
+  // From the embedded copy of proto/ (lib/grpc/protos.ts): the bundle has no proto/ beside it.
+  const root = new protobuf.Root();
+  for (const f of PROTO_FILES) protobuf.parse(PROTOS[f]!, root, { keepCase: true });
+  root.resolveAll();
+  return protoLoader.fromJSON(root.toJSON(), {
     keepCase: true,
     longs: Number,
     enums: String,
@@ -338,7 +333,15 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
       call.on("cancelled", () => clearInterval(timer));
     },
   });
-  new ReflectionService(def).addToServer(server);
+  try {
+    new ReflectionService(def).addToServer(server);
+  } catch (e) {
+    // @grpc/reflection reads its own .proto files from beside its code: the single-file bundle
+    // has none (`deno run main.ts` and a compiled binary do). The binding works without it.
+    log.server.warn("gRPC server reflection is not available in this build", {
+      error: (e as Error).message,
+    });
+  }
 
   const creds = opts.tls
     ? grpc.ServerCredentials.createSsl(null, [{
