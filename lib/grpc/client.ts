@@ -4,6 +4,7 @@
  * shape (`orbit-error-code`, the JSON error body of `orbit-error-bin`).
  */
 import * as grpc from "@grpc/grpc-js";
+import { Buffer } from "node:buffer";
 import { loadProtos } from "./server.ts";
 
 export interface GrpcCallError {
@@ -63,17 +64,20 @@ function readError(e: grpc.ServiceError): GrpcCallError {
   };
 }
 
-/** `addr`: host:port; `tls`: the server's CA certificate (PEM), or null for plain text. */
+/**
+ * `addr`: host:port; `ca`: the certificate (PEM) to trust for TLS, or none for plain text;
+ * `serverName`: the name to check it against (an IP address cannot be one).
+ */
 export function grpcClient(
   addr: string,
-  o: { token?: string | null; ca?: string | null } = {},
+  o: { token?: string | null; ca?: string | null; serverName?: string } = {},
 ): GrpcClient {
   const pkg = grpc.loadPackageDefinition(loadProtos()) as unknown as {
     orbit: { v1: Record<string, grpc.ServiceClientConstructor> };
     grpc: { health: { v1: Record<string, grpc.ServiceClientConstructor> } };
   };
   const creds = o.ca
-    ? grpc.credentials.createSsl(new TextEncoder().encode(o.ca) as never)
+    ? grpc.credentials.createSsl(Buffer.from(o.ca))
     : grpc.credentials.createInsecure();
   const clients = new Map<string, ServiceClient>();
   const client = (service: string) => {
@@ -88,6 +92,13 @@ export function grpcClient(
       const first = clients.values().next().value as grpc.Client | undefined;
       c = new Ctor(addr, creds, {
         ...(first ? { channelOverride: first.getChannel() } : {}),
+        // The name the certificate must have (Deno's node:tls takes no IP address as one).
+        ...(o.serverName
+          ? {
+            "grpc.ssl_target_name_override": o.serverName,
+            "grpc.default_authority": o.serverName,
+          }
+          : {}),
       }) as unknown as ServiceClient;
       clients.set(service, c);
     }

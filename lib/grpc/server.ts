@@ -19,6 +19,7 @@ import { Buffer } from "node:buffer";
 import protobuf from "protobufjs";
 import { PROTO_FILES } from "./proto_files.ts";
 import { PROTOS } from "./protos.ts";
+import { type Relay, startRelay } from "./relay.ts";
 import { NotLeaderError, OrbitError } from "../errors.ts";
 import { log } from "../log.ts";
 import {
@@ -343,20 +344,23 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
     });
   }
 
-  const creds = opts.tls
-    ? grpc.ServerCredentials.createSsl(null, [{
-      cert_chain: Buffer.from(opts.tls.cert),
-      private_key: Buffer.from(opts.tls.key),
-    }])
-    : grpc.ServerCredentials.createInsecure();
-  const host = opts.hostname.includes(":") ? `[${opts.hostname}]` : opts.hostname;
+  // grpc-js listens on loopback only, behind the relay (lib/grpc/relay.ts: it keeps clients'
+  // GOAWAY frames from Deno's node:http2, which aborts on them), which also terminates TLS.
   return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${opts.port}`, creds, (err, port) => {
+    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, inner) => {
       if (err) return reject(err);
+      let relay: Relay;
+      try {
+        relay = startRelay({ hostname: opts.hostname, port: opts.port, tls: opts.tls }, inner);
+      } catch (e) {
+        server.forceShutdown();
+        return reject(e);
+      }
       resolve({
-        port,
+        port: relay.port,
         shutdown: () =>
           new Promise<void>((done) => {
+            relay.close();
             const force = setTimeout(() => server.forceShutdown(), 1000);
             server.tryShutdown(() => {
               clearTimeout(force);
