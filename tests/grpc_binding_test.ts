@@ -611,7 +611,7 @@ Deno.test({
       assert.deepEqual(gone.body, { schedule_id: "every-hour", deleted: true });
     } finally {
       g.close();
-      await s.kill();
+      assert.equal((await s.kill()).code, 0, s.logs.join("\n"));
     }
   },
 });
@@ -702,7 +702,7 @@ Deno.test({
       assert.ok(Date.now() - t < 5_000);
     } finally {
       for (const g of [none, wrong, client, w]) g.close();
-      await s.kill();
+      assert.equal((await s.kill()).code, 0, s.logs.join("\n"));
     }
   },
 });
@@ -770,7 +770,7 @@ Deno.test({
     } finally {
       r.close();
       g.close();
-      await s.kill();
+      assert.equal((await s.kill()).code, 0, s.logs.join("\n"));
     }
   },
 });
@@ -883,7 +883,7 @@ Deno.test({
     } finally {
       stop = true;
       g.close();
-      await s.kill();
+      assert.equal((await s.kill()).code, 0, s.logs.join("\n"));
     }
   },
 });

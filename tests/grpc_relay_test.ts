@@ -71,6 +71,21 @@ Deno.test({
         for (const r of await Promise.all(calls)) assert.equal(r.ok, true);
         g.close();
       }
+      // Calls cancelled by their deadline (RST_STREAM), long polls among them, then close().
+      for (let round = 0; round < 3; round++) {
+        const g = grpcClient(s.grpcAddr);
+        const calls = Array.from(
+          { length: 100 },
+          (_, i) =>
+            g.call("Executions", "Wait", { execution_id: "nope", timeout_s: 10 }, {
+              deadlineMs: 1 + (i % 20),
+            }),
+        );
+        for (const r of await Promise.all(calls)) {
+          assert.ok(!r.ok && ["DEADLINE_EXCEEDED", "NOT_FOUND"].includes(r.error.status));
+        }
+        g.close();
+      }
       // Each close's GOAWAY would have reached node:http2 by now without the relay; the
       // server answers, over HTTP and over a new gRPC channel.
       assert.equal((await api(s.url).get("/v1/health")).status, 200);
