@@ -15,7 +15,7 @@ import { StandbyNode } from "./cluster/standby_node.ts";
 import { SharedNode } from "./cluster/shared.ts";
 import { createApp } from "./routes/app.ts";
 import { serveHttp } from "./lib/http_server.ts";
-import { type GrpcServer, startGrpcServer } from "./lib/grpc/server.ts";
+import type { GrpcServer } from "./lib/grpc/server.ts";
 import { hostPolicy } from "./routes/browsers.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./cli/commands.ts";
@@ -251,6 +251,8 @@ async function runServer(cfg: ServerConfig): Promise<void> {
   let grpcServer: GrpcServer | null = null;
   if (cfg.grpcAddr) {
     try {
+      // Loaded only here: @grpc/grpc-js and protobufjs take half a second to load.
+      const { startGrpcServer } = await import("./lib/grpc/server.ts");
       grpcServer = await startGrpcServer({
         ...cfg.grpcAddr,
         handler,

@@ -29,7 +29,7 @@ export interface GrpcClient {
     service: string,
     rpc: string,
     request: Record<string, unknown>,
-    o?: { deadlineMs?: number },
+    o?: { deadlineMs?: number; signal?: AbortSignal },
   ): Promise<GrpcResult<T>>;
   /** A server stream read to its end: every message, then the final status. */
   // deno-lint-ignore no-explicit-any
@@ -37,6 +37,7 @@ export interface GrpcClient {
     service: string,
     rpc: string,
     request: Record<string, unknown>,
+    o?: { signal?: AbortSignal },
   ): Promise<{ messages: T[]; error: GrpcCallError | null }>;
   close(): void;
 }
@@ -115,18 +116,20 @@ export function grpcClient(
         const options: grpc.CallOptions = opts.deadlineMs
           ? { deadline: Date.now() + opts.deadlineMs }
           : {};
-        client(service)[rpc]!(
+        const call = client(service)[rpc]!(
           request,
           metadata(),
           options,
           (e: grpc.ServiceError | null, value: unknown) =>
             resolve(e ? { ok: false, error: readError(e) } : { ok: true, value: value as never }),
-        );
+        ) as grpc.ClientUnaryCall;
+        opts.signal?.addEventListener("abort", () => call.cancel(), { once: true });
       }),
-    stream: (service, rpc, request) =>
+    stream: (service, rpc, request, opts = {}) =>
       new Promise((resolve) => {
         const messages: never[] = [];
         const s = client(service)[rpc]!(request, metadata()) as grpc.ClientReadableStream<never>;
+        opts.signal?.addEventListener("abort", () => s.cancel(), { once: true });
         s.on("data", (m: never) => messages.push(m));
         s.on("error", (e: grpc.ServiceError) => resolve({ messages, error: readError(e) }));
         s.on("end", () => resolve({ messages, error: null }));

@@ -274,10 +274,12 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
       if (refused) return call.emit("error", refused);
       const id = encodeURIComponent(String(call.request.execution_id ?? ""));
       let after = call.request.after_seq as number | undefined;
+      // The first page's run for every page: a continue_as_new meanwhile starts another run.
+      let run = call.request.run_id as string | undefined;
       for (;;) {
         const q = new URLSearchParams();
         if (after !== undefined) q.set("after_seq", String(after));
-        if (call.request.run_id) q.set("run_id", String(call.request.run_id));
+        if (run) q.set("run_id", run);
         if (call.request.limit) q.set("limit", String(call.request.limit));
         const path = `/v1/executions/${id}/history${q.size ? `?${q}` : ""}`;
         const out = await dispatch(call, "GET", path, null);
@@ -286,11 +288,13 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
           return call.emit("error", callError(out.status, out.text, out.headers));
         }
         const page = JSON.parse(out.text) as {
+          run_id: string;
           events: Array<{ seq: number; type: string }>;
           next_after_seq?: number;
         };
+        run = page.run_id;
         for (const e of page.events) {
-          call.write({ seq: e.seq, type: e.type, json: JSON.stringify(e) });
+          call.write({ seq: e.seq, type: e.type, json: JSON.stringify(e), run_id: page.run_id });
         }
         if (page.next_after_seq === undefined || page.events.length === 0) break;
         after = page.next_after_seq;
