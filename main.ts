@@ -15,6 +15,7 @@ import { StandbyNode } from "./cluster/standby_node.ts";
 import { SharedNode } from "./cluster/shared/node.ts";
 import { createApp } from "./routes/app.ts";
 import { serveHttp } from "./lib/http_server.ts";
+import type { GrpcServer } from "./lib/grpc/server.ts";
 import { hostPolicy } from "./routes/browsers.ts";
 import { RUNTIME_VERSION } from "./lib/version.ts";
 import { registerClientCommands } from "./cli/commands.ts";
@@ -246,6 +247,28 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     },
   }, handler);
 
+  // The gRPC binding: the same handler behind it (lib/grpc/server.ts), off without --grpc-addr.
+  let grpcServer: GrpcServer | null = null;
+  if (cfg.grpcAddr) {
+    try {
+      // Loaded only here: @grpc/grpc-js and protobufjs take half a second to load.
+      const { startGrpcServer } = await import("./lib/grpc/server.ts");
+      grpcServer = await startGrpcServer({
+        ...cfg.grpcAddr,
+        handler,
+        gate: node,
+        tls,
+        maxBodyBytes: cfg.maxBodyBytes,
+      });
+    } catch (e) {
+      fail(`cannot listen on --grpc-addr: ${(e as Error).message}`);
+    }
+    log.server.info("ORBIT gRPC listening", {
+      addr: `${cfg.grpcAddr.hostname}:${grpcServer.port}`,
+      tls: tls !== null,
+    });
+  }
+
   if (!server.timeouts) {
     log.server.warn(
       "this Deno has no per-connection HTTP server: --header-timeout and --idle-timeout are not enforced",
@@ -266,7 +289,7 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     const rt = node?.runtime ?? sharedNode?.runtime ?? single!;
     rt.workers.stop();
     rt.executions.stop();
-    if (!await settledBy(server.shutdown(), deadline)) {
+    if (!await settledBy(Promise.all([server.shutdown(), grpcServer?.shutdown()]), deadline)) {
       log.server.warn("requests still in flight after the grace period; stopping without them", {
         grace_ms: grace,
       });
@@ -297,6 +320,11 @@ program.command("server")
   .addOption(
     new Option("--addr <host:port>", "address to listen on").env("ORBIT_ADDR").default(
       "127.0.0.1:7233",
+    ),
+  )
+  .addOption(
+    new Option("--grpc-addr <host:port>", "address of the gRPC binding (none: no gRPC)").env(
+      "ORBIT_GRPC_ADDR",
     ),
   )
   .addOption(

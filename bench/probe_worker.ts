@@ -11,13 +11,17 @@ killOnExit(probes);
 /** `ORBIT_BENCH_WORKER_CPU_PROF=DIR`: CPU profiles of the TypeScript workers (written on SIGTERM). */
 export const WORKER_PROF = Deno.env.get("ORBIT_BENCH_WORKER_CPU_PROF");
 
-export function startProbeWorker(server: string, env: Record<string, string>) {
+export function startProbeWorker(
+  server: string,
+  env: Record<string, string>,
+  probe = "./worker_probe.ts",
+) {
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
       "-A",
       ...(WORKER_PROF ? ["--cpu-prof", `--cpu-prof-dir=${WORKER_PROF}`] : []),
-      new URL("./worker_probe.ts", import.meta.url).pathname,
+      new URL(probe, import.meta.url).pathname,
       "--server",
       server,
     ],

@@ -9,6 +9,8 @@
  *   deno task bench --go-workers 1 --java-workers 1 --rust-workers 1 --csharp-workers 1 \
  *     --python-workers 1 --ts-workers 1
  *                       (workers in several languages: the CPU per order of each language's)
+ *   deno task bench --grpc-workers 1 --ts-workers 1
+ *                       (an example worker over gRPC beside one over HTTP: the CPU per order of each)
  *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
  *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
  *   deno task bench --cluster shared --servers 3 --workers 3 --spread   (no proxy: client i on
@@ -80,6 +82,9 @@ const { values } = parseArgs({
     "rust-workers": { type: "string", default: "0" },
     "csharp-workers": { type: "string", default: "0" },
     "java-workers": { type: "string", default: "0" },
+    // TypeScript example workers whose requests go over gRPC (bench/grpc_worker_probe.ts; the
+    // server then listens with --grpc-addr too); printed as the language "typescript-grpc".
+    "grpc-workers": { type: "string", default: "0" },
     // Shared mode: N servers on one PostgreSQL database behind a round-robin proxy.
     cluster: { type: "string", default: "" },
     servers: { type: "string", default: "1" },
@@ -145,8 +150,8 @@ for (const l of COMPILED) {
 
 /** The language of a bench worker by its worker_id (bench-N is a TypeScript one). */
 function languageOf(workerId: string): string {
-  const m = /^bench-(py|go|rust|csharp|java)-\d+$/.exec(workerId);
-  return !m ? "typescript" : m[1] === "py" ? "python" : m[1]!;
+  const m = /^bench-(py|go|rust|csharp|java|grpc)-\d+$/.exec(workerId);
+  return !m ? "typescript" : m[1] === "py" ? "python" : m[1] === "grpc" ? "typescript-grpc" : m[1]!;
 }
 
 /** Counters of the server's /v1/metrics this benchmark reads. */
@@ -177,6 +182,8 @@ async function bench(store: "sqlite" | "postgres") {
     ? `${await tempDir()}/bench.db`
     : await (await sharedPostgres()).createDatabase();
   const extra = values["server-args"] ? values["server-args"].split(" ") : [];
+  const grpcCount = Number(values["grpc-workers"]);
+  if (grpcCount > 0) extra.push("--grpc-addr", "127.0.0.1:0");
   const prof = Deno.env.get("ORBIT_BENCH_CPU_PROF");
   const denoArgs = [
     ...values["deno-args"].split(" ").filter(Boolean),
@@ -216,6 +223,19 @@ async function bench(store: "sqlite" | "postgres") {
         ORDER_WORKER_ID: `bench-${i}`,
       }),
   );
+  const grpcAddr = grpcCount > 0
+    ? (await cluster.servers[0]!.waitForLog(/ORBIT gRPC listening addr=/)).match(/addr=(\S+)/)![1]!
+    : "";
+  const grpcWorkers = Array.from(
+    { length: grpcCount },
+    (_, i) =>
+      startProbeWorker(cluster.route(i), {
+        ORDER_TRACE: "0",
+        ORDER_CONCURRENCY: values.concurrency,
+        ORDER_WORKER_ID: `bench-grpc-${i}`,
+        ORBIT_BENCH_GRPC: grpcAddr,
+      }, "./grpc_worker_probe.ts"),
+  );
   const pythonWorkers = Array.from(
     { length: pyCount },
     (_, i) =>
@@ -243,11 +263,12 @@ async function bench(store: "sqlite" | "postgres") {
   const allWorkers = [
     ...workers.map((w) => ({ language: "typescript", pid: w.pid })),
     ...pythonWorkers.map((w) => ({ language: "python", pid: w.pid })),
+    ...grpcWorkers.map((w) => ({ language: "typescript-grpc", pid: w.pid })),
     ...compiledWorkers.map((w) => ({ language: w.language, pid: w.process.pid })),
   ];
   const languages = [...new Set(allWorkers.map((w) => w.language))];
   /** Several languages: each one's CPU per order and tasks are printed. */
-  const mixed = pyCount > 0 || compiledWorkers.length > 0;
+  const mixed = pyCount > 0 || compiledWorkers.length > 0 || grpcCount > 0;
   // One Client per address (with --spread, per server): client loop k uses clients[k % n].
   const clients = cluster.urls.map((url) =>
     new Client({ server: url, transport: CLIENT_TRANSPORT })
@@ -502,6 +523,7 @@ async function bench(store: "sqlite" | "postgres") {
     for (const client of clients) client.close();
     for (const w of workers) await w.kill(WORKER_PROF ? "SIGTERM" : "SIGKILL");
     for (const w of pythonWorkers) await w.kill("SIGKILL");
+    for (const w of grpcWorkers) await w.kill("SIGKILL");
     for (const w of compiledWorkers) await w.process.kill("SIGKILL");
     await cluster.kill(Deno.env.get("ORBIT_BENCH_CPU_PROF") ? "SIGTERM" : "SIGKILL");
   }
@@ -542,7 +564,9 @@ for (const s of stores) {
     console.log(
       `  worker CPU per order by language: ${
         Object.entries(r.worker_cpu_ms_per_order_by_language).map(([l, ms]) =>
-          `${LANGUAGE_NAMES[l]} ${ms} ms (${r.tasks_by_language?.[l] ?? 0} tasks, ${
+          `${
+            LANGUAGE_NAMES[l] ?? (l === "typescript-grpc" ? "TypeScript over gRPC" : l)
+          } ${ms} ms (${r.tasks_by_language?.[l] ?? 0} tasks, ${
             r.worker_cpu_ms_per_task_by_language?.[l] ?? "–"
           } ms per task)`
         ).join(", ")

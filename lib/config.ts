@@ -12,6 +12,8 @@ export interface ServerConfig {
   dbKind: "sqlite" | "postgres";
   hostname: string;
   port: number;
+  /** `--grpc-addr`: where the gRPC binding listens (lib/grpc/server.ts); null: no gRPC. */
+  grpcAddr: { hostname: string; port: number } | null;
   token: string | null;
   workersFile: string | null;
   tlsCert: string | null;
@@ -62,6 +64,7 @@ const number = (flag: string, min: number) =>
 const raw = z.object({
   db: z.string().min(1, "--db must not be empty"),
   addr: z.string(),
+  grpcAddr: z.string().optional(),
   token: z.string().optional(),
   workersFile: z.string().optional(),
   tlsCert: z.string().optional(),
@@ -93,11 +96,11 @@ const raw = z.object({
 });
 
 /** Splits `host:port` (`[v6]:port` too); a bare `:port` listens on 127.0.0.1. */
-export function parseAddr(addr: string): { hostname: string; port: number } {
+export function parseAddr(addr: string, flag = "--addr"): { hostname: string; port: number } {
   const m = addr.match(/^(?:\[([0-9a-fA-F:.]+)\]|([A-Za-z0-9.-]*)):(\d{1,5})$/);
   const port = m ? Number(m[3]) : NaN;
   if (!m || port > 65535) {
-    throw new ConfigError(`--addr must be host:port such as 127.0.0.1:7233, got "${addr}"`);
+    throw new ConfigError(`${flag} must be host:port such as 127.0.0.1:7233, got "${addr}"`);
   }
   return { hostname: m[1] ?? (m[2] || "127.0.0.1"), port };
 }
@@ -168,6 +171,7 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
     dbKind,
     hostname,
     port,
+    grpcAddr: o.grpcAddr ? parseAddr(o.grpcAddr, "--grpc-addr") : null,
     token: o.token && o.token !== "" ? o.token : null,
     workersFile: o.workersFile ?? null,
     tlsCert: o.tlsCert ?? null,
