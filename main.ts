@@ -10,7 +10,6 @@ import { log, setupLogging } from "./lib/log.ts";
 import { Runtime, type RuntimeOptions } from "./lib/runtime.ts";
 import { openStore } from "./lib/store/open.ts";
 import type { Store } from "./lib/store/store.ts";
-import { guardPostgresWriteRace } from "./lib/store/postgres.ts";
 import { StandbyNode } from "./cluster/standby_node.ts";
 import { SharedNode } from "./cluster/shared/node.ts";
 import { createApp } from "./routes/app.ts";
@@ -70,7 +69,6 @@ async function loadWorkersFile(path: string, clientToken: string | null): Promis
 
 async function runServer(cfg: ServerConfig): Promise<void> {
   setupLogging(cfg.logFormat, cfg.logLevel);
-  guardPostgresWriteRace();
   const workers = cfg.workersFile ? await loadWorkersFile(cfg.workersFile, cfg.token) : null;
   let tls: { cert: string; key: string } | null = null;
   if (cfg.tlsCert && cfg.tlsKey) {

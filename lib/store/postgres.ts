@@ -762,30 +762,3 @@ export function postgresClient(
     },
   });
 }
-
-/**
- * Whether an uncaught error is postgres.js (3.4) writing to a connection that closed under it:
- * a write queued with setImmediate runs after the socket was dropped (`socket.write` on null, in
- * `connection.js`'s `nextWrite`). Seen under connections cut every second for 30 minutes
- * (standby mode, `db-cut-storm`): uncaught, it ended both servers. The connection is gone
- * already; postgres.js reconnects, and a statement it held fails or is given up on
- * (WatchedClient), so the process goes on (see guardPostgresWriteRace).
- */
-export function isPostgresWriteRace(e: unknown): boolean {
-  return e instanceof TypeError && /reading 'write'/.test(e.message) &&
-    /postgres[/@][^\n]*connection\.js/.test(e.stack ?? "");
-}
-
-/**
- * Keeps the process alive through isPostgresWriteRace errors (logged as a warning); every other
- * uncaught error still ends it. The server installs it once at start.
- */
-export function guardPostgresWriteRace(): void {
-  globalThis.addEventListener("error", (ev) => {
-    if (!isPostgresWriteRace(ev.error)) return;
-    ev.preventDefault();
-    log.store.warn("postgres.js wrote to a connection that had closed; going on", {
-      error: (ev.error as Error).message,
-    });
-  });
-}
