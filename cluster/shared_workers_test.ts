@@ -12,6 +12,7 @@ import { migratedDatabase } from "../tests/support/pg.ts";
 import { REQUEUE_TASK, TOUCH_SESSIONS } from "../sql/postgres/shared/mod.ts";
 import { Driver, task, workflow } from "../lib/engine/testing.ts";
 import { waitFor } from "../tests/support/server.ts";
+import { OWN_TASK_HEAD_START_MS } from "../lib/executions/shared_changes.ts";
 
 /** A SharedWorkers on `nodeId` over `sql`, with the engine faked by `executions`. */
 function sharedWorkers(executions: Executions, sql: SharedWorkersOptions["sql"], nodeId: string) {
@@ -266,7 +267,8 @@ Deno.test({
     const t = await claimSetup();
     try {
       const base = 1_000_000;
-      await t.queue("b-old", B, base - 500); // waited 500 ms more than A's rows: overdue
+      // Waited more than the head start longer than A's rows: overdue.
+      await t.queue("b-old", B, base - OWN_TASK_HEAD_START_MS - 300);
       await t.queue("b-new", B, base - 50); // 50 ms more: behind A's own rows
       await t.queue("a-1", A, base);
       await t.queue("a-2", A, base + 10);

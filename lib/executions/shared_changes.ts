@@ -20,14 +20,19 @@ import type { SharedAppend, TaskRow, TaskTake } from "../store/store.ts";
  * when it was queued more than this earlier, so it is never more than this behind strict age
  * order, whoever polls.
  *
- * 200 ms: far above what the owner's own polls need to take a fresh row (the owner wakes them
+ * 500 ms: far above what the owner's own polls need to take a fresh row (the owner wakes them
  * at its commit, before the NOTIFY reaches anyone else; a claim is a few milliseconds), so a
  * queue with rows of several owners sorts itself by owner, and a result reaches its owner with
- * no forward (several statements and a NOTIFY per step). Small next to what a worker task
- * takes and below the polls' one-second re-check, so a server without idle workers of its own,
- * or a backlog of one server, costs the other rows at most a fifth of a second.
+ * no forward (several statements and a NOTIFY per step). It is also what a dispatch from the
+ * owner's own queue (COMMIT_OWNED's take) may run ahead of an older row of the task elsewhere:
+ * under a backlog on every server (each server's queue some hundreds of milliseconds long), 200
+ * ms refused most such takes, and each refusal cost a claim statement (0.8 ms of PostgreSQL
+ * each, about one per order; issue 39: three capped servers, 575 claims per server for 600
+ * orders at 200 ms, 150 at 500 ms, 95 at 1,000 ms; PostgreSQL 5.05 → 3.35 ms per order). Below
+ * the polls' one-second re-check, so a server without idle workers of its own, or a backlog of
+ * one server, costs the other rows at most half a second.
  */
-export const OWN_TASK_HEAD_START_MS = 200;
+export const OWN_TASK_HEAD_START_MS = 500;
 
 export function unitOf(s: ExecutionState, st: StepState): string {
   return `${s.run_id}/${st.id}/${st.attempt}/${Object.keys(st.tokens).length}`;
