@@ -3,6 +3,9 @@
  * process: every route's twin answers the same for the same request (one table), credentials
  * and the workers file refuse the same way, deadlines end long calls, reflection and
  * grpc.health.v1 answer, and a worker on gRPC and one on HTTP serve one execution.
+ *
+ * Why one file over 800 lines: the table of requests is the test; its rows share one server
+ * (started once for both transports) and run in order, as a client would send them.
  */
 import assert from "node:assert/strict";
 import * as grpc from "@grpc/grpc-js";

@@ -7,6 +7,7 @@
  *   sessions.ts  the cluster's sessions (orbit_sessions), cached here, contacts written
  *   claims.ts    the claim statement over orbit_tasks, releases, lost claims found again
  *   attempts.ts  the owner's watch over the sessions holding its attempts
+ *   eager.ts     the step a result makes ready, dispatched in the result's own append
  *
  * A poll takes first from this node's own queue (the mirror of the rows of executions it
  * owns: each dispatch claims its row in its own commit, no claim statement), then claims.
@@ -20,7 +21,6 @@
  * next heartbeat. Long polls wake on NOTIFY orbit_tasks and look again every second.
  */
 import type { ErrorInfo, HistoryEvent } from "../../lib/engine/events.ts";
-import type { Command } from "../../lib/engine/decide.ts";
 import {
   type ExecutionState,
   newlyQueued,
@@ -50,6 +50,7 @@ import * as q from "../../sql/postgres/shared/mod.ts";
 import { MemoryTaskQueue } from "../../lib/workers/queue.ts";
 import { AttemptWatch } from "./attempts.ts";
 import { Claims, POLL_RECHECK_MS } from "./claims.ts";
+import { type EagerDispatch, eagerDispatch } from "./eager.ts";
 import { queryOn, SharedSessions, type SharedWorkersOptions } from "./sessions.ts";
 
 export type { SharedWorkersOptions } from "./sessions.ts";
@@ -513,66 +514,25 @@ export class SharedWorkers implements WorkerService {
     return { accepted: r.accepted, tasks: s ? this.#delivered(s, tasks, signal) : tasks };
   }
 
-  /**
-   * Eager dispatch, as on one server: the first step that a result makes ready and that the
-   * session serves is dispatched to it in the same append (its task row is written claimed).
-   * Only a step that was not queued before: a queued row may be claimed by another server at
-   * this very moment. Used for results reported here and for results forwarded to this owner.
-   *
-   * A forwarded result (`forwarded`) keeps the step here when workers that serve it talk to
-   * this server: a poll waiting here gets it in the same append (as a start's first task, see
-   * #offerReady), or else its row is queued for this server's next poll; the reporting worker's
-   * slot takes its next task where it reports (its own server's queue, then a claim). Sent back
-   * with the reply, the step would go to the worker that reports through the other server, and
-   * so would every later step of the execution, each result forwarded again (issue 39: 1.5
-   * forwards per order of six steps with three shared servers behind the proxy). Only when no
-   * worker serving it talks to this server does the reporting worker get the step, as before.
-   */
-  eager(id: string, s: EagerSession, forwarded = false): {
-    follow: (state: ExecutionState) => Command | null;
-    tasks: (r: { followed: boolean; state: ExecutionState | null }) => TaskPayload[];
-    /** The append failed: a poll set aside for it waits on. */
-    failed: () => void;
-  } {
-    let taken: { step: string; token: string } | null = null;
-    let offer: StartOffer | null = null;
-    return {
-      follow: (state) => {
-        taken = null;
-        offer?.release();
-        offer = forwarded ? this.#offerReady(id, state) : null;
-        if (offer) return offer.command;
-        const st = newlyQueued(this.executions.stateOf(id), state).find((st) => serves(s, st));
-        if (!st || (forwarded && this.#servedHere(st))) return null;
-        const command = dispatchTo(state.execution_id, st.id, s, this.opts.newId);
-        taken = { step: st.id, token: command.token };
-        return command;
+  /** Eager dispatch of the step a result makes ready (eager.ts). */
+  eager(id: string, s: EagerSession, forwarded = false): EagerDispatch {
+    return eagerDispatch(
+      {
+        stateOf: (x) => this.executions.stateOf(x),
+        newId: this.opts.newId,
+        offerReady: (state) => this.#offerReady(id, state),
+        servedHere: (st) => {
+          const since = this.opts.now() - this.opts.sessionTimeoutMs;
+          for (const x of this.sessions.values()) {
+            if (x.last_contact_ms >= since && serves(x, st)) return true;
+          }
+          return false;
+        },
       },
-      tasks: (r) => {
-        const o = offer as StartOffer | null;
-        offer = null;
-        if (o) {
-          if (r.followed && r.state) o.deliver(r.state);
-          else o.release();
-          return [];
-        }
-        const t = taken as { step: string; token: string } | null;
-        return r.followed && r.state && t ? [payload(r.state, t.step, t.token)] : [];
-      },
-      failed: () => {
-        (offer as StartOffer | null)?.release();
-        offer = null;
-      },
-    };
-  }
-
-  /** Whether a session that serves the step made a request through this server lately. */
-  #servedHere(st: StepState): boolean {
-    const since = this.opts.now() - this.opts.sessionTimeoutMs;
-    for (const x of this.sessions.values()) {
-      if (x.last_contact_ms >= since && serves(x, st)) return true;
-    }
-    return false;
+      id,
+      s,
+      forwarded,
+    );
   }
 
   sessionViews(): Promise<SessionView[]> {
