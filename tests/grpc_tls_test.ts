@@ -7,46 +7,18 @@ import assert from "node:assert/strict";
 import { grpcClient } from "../lib/grpc/client.ts";
 import { tempDir } from "./support/server.ts";
 import { startGrpcServer } from "./grpc_support.ts";
+import { HAS_OPENSSL, selfSigned } from "./support/tls.ts";
 
-let hasOpenssl = false;
-try {
-  hasOpenssl = (await new Deno.Command("openssl", { args: ["version"], stdout: "null" }).output())
-    .success;
-} catch { /* not installed */ }
-if (!hasOpenssl) console.warn("!!! SKIPPING the gRPC TLS test: openssl is not installed");
+if (!HAS_OPENSSL) console.warn("!!! SKIPPING the gRPC TLS test: openssl is not installed");
 
 Deno.test({
   name: "grpc: --tls-cert/--tls-key serve gRPC over TLS too; a plain-text client gets nothing",
-  ignore: !hasOpenssl,
+  ignore: !HAS_OPENSSL,
   sanitizeOps: false,
   sanitizeResources: false,
   fn: async () => {
     const dir = await tempDir();
-    const [certPath, keyPath] = [`${dir}/server.crt`, `${dir}/server.key`];
-    const made = await new Deno.Command("openssl", {
-      args: [
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=localhost",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        "-addext",
-        "basicConstraints=critical,CA:FALSE",
-        "-keyout",
-        keyPath,
-        "-out",
-        certPath,
-      ],
-      stdout: "null",
-      stderr: "piped",
-    }).output();
-    assert.ok(made.success, new TextDecoder().decode(made.stderr));
+    const { certPath, keyPath } = await selfSigned(dir);
     const s = await startGrpcServer({
       db: `${dir}/orbit.db`,
       args: ["--tls-cert", certPath, "--tls-key", keyPath, "--token", "tls-secret"],

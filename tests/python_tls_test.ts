@@ -8,12 +8,7 @@
 import assert from "node:assert/strict";
 import { startServer, tempDir } from "./support/server.ts";
 import { runPython, startPythonWorker } from "../sdk/python/testing/process.ts";
-
-const HAS_OPENSSL = await new Deno.Command("openssl", {
-  args: ["version"],
-  stdout: "null",
-  stderr: "null",
-}).output().then((o) => o.success, () => false);
+import { HAS_OPENSSL, selfSigned } from "./support/tls.ts";
 
 const SCRIPT = `
 import json, sys
@@ -50,30 +45,7 @@ Deno.test({
   sanitizeResources: false,
   fn: async () => {
     const dir = await tempDir();
-    const made = await new Deno.Command("openssl", {
-      args: [
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=localhost",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        "-addext",
-        "basicConstraints=critical,CA:FALSE",
-        "-keyout",
-        `${dir}/server.key`,
-        "-out",
-        `${dir}/server.crt`,
-      ],
-      stdout: "null",
-      stderr: "piped",
-    }).output();
-    assert.ok(made.success, new TextDecoder().decode(made.stderr));
+    await selfSigned(dir); // server.crt and server.key in dir
     const token = "client-token-0123456789";
     const server = await startServer({
       db: `${dir}/orbit.db`,
