@@ -9,7 +9,8 @@ import { Executions } from "./executions/executions.ts";
 import type { Clock, Ownership } from "./executions/types.ts";
 import { Metrics } from "./metrics.ts";
 import type { Store } from "./store/store.ts";
-import { Workers, type WorkerService } from "./workers/dispatcher.ts";
+import { Dispatcher, type WorkerService } from "./workers/dispatcher.ts";
+import { WorkerSessions } from "./workers/sessions.ts";
 import { HttpAdapter } from "./steps/http.ts";
 import { type ChildLimitOptions, Children, DEFAULT_CHILD_LIMITS } from "./steps/children.ts";
 import { Scheduler } from "./schedules/scheduler.ts";
@@ -105,11 +106,7 @@ export class Runtime {
     );
     this.workers = shared
       ? shared.workers(this.executions, this.metrics)
-      : new Workers(this.executions, this.metrics, {
-        sessionTimeoutMs: opts.sessionTimeoutMs,
-        now: this.clock.now,
-        newId: this.clock.newId,
-      });
+      : this.#memoryWorkers(opts.sessionTimeoutMs);
     this.http = new HttpAdapter(this.executions, {
       allow: opts.httpAllow ?? [],
       newId: this.clock.newId,
@@ -142,6 +139,14 @@ export class Runtime {
   }
 
   /** Rebuilds every running execution from history and starts the session sweeper. */
+  /** The dispatcher of one server (and standby mode): sessions and the task queue in memory. */
+  #memoryWorkers(sessionTimeoutMs: number): Dispatcher {
+    const opts = { sessionTimeoutMs, now: this.clock.now, newId: this.clock.newId };
+    return new Dispatcher(this.executions, this.metrics, opts, {
+      sessions: new WorkerSessions(opts),
+    });
+  }
+
   async start(): Promise<void> {
     const shared = this.opts.shared;
     const r = shared ? await shared.recover() : await this.executions.recover();

@@ -2,8 +2,10 @@
  * A start whose first task a waiting poll serves dispatches it in the start's own commit and
  * answers the poll with it (no second commit for the dispatch). When that commit fails, the
  * poll is not answered with a task nobody recorded: it waits on and gets the task of the next
- * start. A poll that ended while the start committed (its wait ran out) does not lose the
- * task: it is recorded uncertain and goes out again with `redelivery: true`.
+ * start. A poll whose wait runs out while the start commits is not ended by it: it answers the
+ * task once the commit lands (no redelivery). A poll that closed meanwhile (its request gone)
+ * does not lose the task: it is recorded uncertain and goes out again with `redelivery: true`.
+ * (The same in shared mode: one dispatcher, lib/workers/dispatcher.ts.)
  */
 import assert from "node:assert/strict";
 import { Runtime } from "../lib/runtime.ts";
@@ -57,22 +59,62 @@ Deno.test({
       assert.equal(tc?.execution_id, "c");
       assert.equal((await rt.workers.report(tc!.token, { output: 3 })).accepted, true);
 
-      // A poll whose wait ends while the start commits: the dispatched task is redelivered.
+      // A start whose commit is held until `release`; `reached` resolves when the commit begins
+      // (the start's task is offered to a waiting poll before that).
       let release!: () => void;
-      const gate = new Promise<void>((r) => release = r);
-      store.plan = {};
-      const commit = store.commit;
-      store.commit = async (items) => {
-        if (commitShape(items).includes("d/WorkflowCreated")) await gate;
-        return await commit(items);
+      let reached!: Promise<void>;
+      const hold = (id: string) => {
+        const gate = new Promise<void>((r) => release = r);
+        let arrived!: () => void;
+        reached = new Promise<void>((r) => arrived = r);
+        store.plan = {};
+        store.commit = async (items) => {
+          if (commitShape(items).includes(`${id}/WorkflowCreated`)) {
+            arrived();
+            await gate;
+          }
+          return await commit(items);
+        };
       };
-      const short = rt.workers.poll(session, 1, 300);
+      const commit = store.commit;
+
+      // A poll whose wait runs out while the start commits: set aside for the start's task, it
+      // answers with it once the commit lands, not empty (which would cost a redelivery).
+      hold("d0");
+      const late = rt.workers.poll(session, 1, 300);
+      const started0 = rt.executions.start({ workflow: "One", execution_id: "d0", input: 0 });
+      let answered = false;
+      void late.then(() => answered = true);
+      await reached;
+      // Asserting that something does not happen takes time: twice its wait, still open.
+      await new Promise((r) => setTimeout(r, 600));
+      assert.equal(answered, false, "a poll set aside for a start's task waits for the commit");
+      release();
+      await started0;
+      const [t0] = await late;
+      assert.equal(t0?.execution_id, "d0");
+      assert.equal(t0?.redelivery, false);
+      assert.equal((await rt.workers.report(t0!.token, { output: 0 })).accepted, true);
+
+      // A poll whose request closes while the start commits: the dispatched task is redelivered.
+      hold("d");
+      const close = new AbortController();
+      const short = rt.workers.poll(session, 1, 10_000, close.signal);
       const started = rt.executions.start({ workflow: "One", execution_id: "d", input: 4 });
-      assert.deepEqual(await short, []); // its wait ran out while the commit was held
+      await reached;
+      close.abort();
+      assert.deepEqual(await short, []); // its request closed while the commit was held
       release();
       await started;
+      // b's start failed "before" its commit, which the server cannot tell from a lost answer:
+      // its append was in doubt and, committed again, b exists; its task may come first here.
       let again;
-      for (let i = 0; i < 100 && !again; i++) [again] = await rt.workers.poll(session, 1, 100);
+      for (let i = 0; i < 100 && !again; i++) {
+        const [t] = await rt.workers.poll(session, 1, 100);
+        if (t?.execution_id === "b") {
+          assert.equal((await rt.workers.report(t.token, { output: 2 })).accepted, true);
+        } else again = t;
+      }
       assert.equal(again?.execution_id, "d");
       assert.equal(again?.redelivery, true);
       assert.equal((await rt.workers.report(again!.token, { output: 4 })).accepted, true);

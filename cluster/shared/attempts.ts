@@ -6,7 +6,6 @@
  * heartbeats. Attempts of executions taken over from a dead node are redelivered one
  * --session-timeout after the takeover unless their result arrives.
  */
-import type { HistoryEvent } from "../../lib/engine/events.ts";
 import { type ExecutionState, liveTokens } from "../../lib/engine/state.ts";
 import { executionOfToken } from "../../lib/executions/types.ts";
 import { log } from "../../lib/log.ts";
@@ -31,27 +30,9 @@ export class AttemptWatch {
 
   /**
    * An execution's new state was installed: its live attempts are watched, those that ended
-   * are not. Answers whether the append queued a task (a step scheduled or redelivered).
+   * are not.
    */
-  installed(
-    prev: ExecutionState | null,
-    next: ExecutionState,
-    events: readonly HistoryEvent[],
-  ): boolean {
-    let queued = false;
-    for (const e of events) {
-      if (e.type === "StepScheduled") queued = true;
-      if (e.type === "StepAttemptUncertain") {
-        queued = true;
-        this.w.metrics.tasksRedelivered.inc();
-        log.engine.warn("attempt outcome uncertain; redelivering", {
-          execution_id: next.execution_id,
-          step: e.step,
-          attempt: e.attempt,
-          reason: e.reason,
-        });
-      }
-    }
+  installed(prev: ExecutionState | null, next: ExecutionState): void {
     const live = new Set<string>();
     for (const { token, info } of liveTokens(next)) {
       live.add(token);
@@ -73,7 +54,6 @@ export class AttemptWatch {
         this.#orphans.delete(token);
       }
     }
-    return queued;
   }
 
   /** The execution left memory (another node took it): its attempts are not watched here. */

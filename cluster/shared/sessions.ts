@@ -11,6 +11,8 @@ import type { Executions } from "../../lib/executions/executions.ts";
 import { log } from "../../lib/log.ts";
 import type { Metrics } from "../../lib/metrics.ts";
 import { withTimeout } from "../../lib/with_timeout.ts";
+import { stepOfToken } from "../../lib/engine/state.ts";
+import { executionOfToken } from "../../lib/executions/types.ts";
 import type { Session, SessionView, TaskRegistration } from "../../lib/workers/dispatcher.ts";
 import * as q from "../../sql/postgres/shared/mod.ts";
 
@@ -115,8 +117,8 @@ export class SharedSessions {
     return s;
   }
 
-  /** The session, from the cache or the table; 404 UNKNOWN_SESSION when it is gone. */
-  async get(id: string): Promise<Session> {
+  /** The session, from the cache or the table, in contact now; 404 UNKNOWN_SESSION when gone. */
+  async contact(id: string): Promise<Session> {
     let s = this.sessions.get(id);
     if (!s) {
       const [rec] = await this.w.q<SessionRecord>(q.GET_SESSION, [id]);
@@ -171,11 +173,48 @@ export class SharedSessions {
     }
   }
 
-  /** Unregistered through this server: the row goes. */
-  async remove(sessionId: string): Promise<void> {
-    this.sessions.delete(sessionId);
-    this.#contacts.delete(sessionId);
-    await this.w.q(q.DELETE_SESSION, [sessionId]);
+  /**
+   * Unregistered through this server: the row goes; answers the attempts it held (the rows it
+   * claimed), for the dispatcher to redeliver on their owners.
+   */
+  async remove(s: Session): Promise<string[]> {
+    this.sessions.delete(s.session_id);
+    this.#contacts.delete(s.session_id);
+    await this.w.q(q.DELETE_SESSION, [s.session_id]);
+    const held = await this.w.q<{ token: string }>(q.CLAIMED_BY_SESSION, [s.session_id]);
+    return held.map((h) => h.token);
+  }
+
+  /**
+   * A heartbeat: the attempts it lists that no server wants any more are cancelled (told once
+   * per session), those still running are confirmed (the owner's AttemptWatch reads when).
+   */
+  async heartbeat(s: Session, tokens: string[]): Promise<string[]> {
+    const { executions } = this.w;
+    const cancel = new Set(
+      (await this.w.q<{ token: string }>(q.TAKE_CANCELLED, [s.session_id, tokens])).map((r) =>
+        r.token
+      ),
+    );
+    // A token no server knows any more (its result was applied, or it never existed).
+    const unknown = tokens.filter((t) => !cancel.has(t) && !s.told.has(t));
+    if (unknown.length > 0) {
+      const known = new Set(
+        (await this.w.q<{ token: string }>(q.KNOWN_TOKENS, [unknown])).map((r) => r.token),
+      );
+      for (const t of unknown) {
+        const id = executionOfToken(t);
+        const st = id ? executions.stateOf(id) : undefined;
+        // Memory in doubt may lack a dispatch that landed: not a reason to cancel.
+        if (id && executions.inDoubt(id)) continue;
+        if (!known.has(t) && !(st && stepOfToken(st, t))) cancel.add(t);
+      }
+    }
+    for (const t of cancel) s.told.add(t);
+    if (s.told.size > 10_000) s.told.clear();
+    const running = tokens.filter((t) => !cancel.has(t));
+    if (running.length > 0) await this.w.q(q.CONFIRM_TOKENS, [running, this.w.opts.now()]);
+    return [...cancel];
   }
 
   /** Sessions silent past the timeout are gone for every server (404 UNKNOWN_SESSION). */

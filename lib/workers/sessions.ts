@@ -7,8 +7,10 @@
  * contact). Attempts recovered from history whose worker has not been heard of ("orphans")
  * are due one session timeout after they were seen, unless a heartbeat of a new session names
  * their token first. An attempt its live worker leaves out of its heartbeats for a session
- * timeout is due once. What is due is handed to the caller (lib/workers/dispatcher.ts), which redelivers.
+ * timeout is due once. What is due is handed to the dispatcher (./dispatcher.ts), which redelivers;
+ * this is its SessionStore on one server and in standby mode.
  */
+import type { HistoryEvent } from "../engine/events.ts";
 import type { ExecutionState } from "../engine/state.ts";
 import { liveTokens } from "../engine/state.ts";
 import { notFound } from "../errors.ts";
@@ -88,8 +90,12 @@ export function dispatchTo(
   };
 }
 
+/** How often the sweep looks for silent sessions and attempts. */
+const SWEEP_MS = 250;
+
 export class WorkerSessions {
   readonly sessions = new Map<string, Session>();
+  #sweeper: ReturnType<typeof setInterval> | undefined;
   #tokenSession = new Map<string, string>();
   #orphans = new Map<string, number>();
   /**
@@ -136,9 +142,35 @@ export class WorkerSessions {
     return s;
   }
 
-  /** Forgets a session (its worker unregistered); its attempts are the caller's to lose. */
-  remove(id: string): void {
-    this.sessions.delete(id);
+  touch(s: Session): void {
+    s.last_contact_ms = this.opts.now();
+  }
+
+  /** Forgets a session (its worker unregistered); answers its attempts, the caller's to lose. */
+  remove(s: Session): string[] {
+    this.sessions.delete(s.session_id);
+    return [...s.tokens];
+  }
+
+  /** Sweeps every 250 ms; what is due goes to `lost` (redelivered by the dispatcher). */
+  start(lost: (token: string, reason: string) => void): void {
+    this.#sweeper = setInterval(() =>
+      this.sweep({
+        expired: (s) => {
+          for (const t of s.tokens) lost(t, `worker \`${s.worker_id}\` stopped responding`);
+        },
+        unlisted: (s, t) =>
+          lost(t, `worker \`${s.worker_id}\` does not list the attempt in its heartbeats`),
+        orphaned: (t) =>
+          lost(
+            t,
+            "no worker reported the attempt within --session-timeout after this server started",
+          ),
+      }), SWEEP_MS);
+  }
+
+  stop(): void {
+    clearInterval(this.#sweeper);
   }
 
   /**
@@ -195,12 +227,25 @@ export class WorkerSessions {
     }));
   }
 
+  /** The token bookkeeping of a committed change (track), the attempts reported in it spared. */
+  installed(
+    prev: ExecutionState | null,
+    next: ExecutionState,
+    events: readonly HistoryEvent[],
+  ): void {
+    const reported = new Set<string>();
+    for (const e of events) {
+      if ((e.type === "StepSucceeded" || e.type === "StepFailed") && e.token) reported.add(e.token);
+    }
+    this.track(prev, next, reported);
+  }
+
   /**
    * The token bookkeeping of a committed change: new live attempts join their session (or
    * become orphans when it is not known here); attempts that died leave theirs, and its worker
    * is told to cancel them unless their token is in `reported` (the worker reported it).
    */
-  installed(prev: ExecutionState | null, next: ExecutionState, reported: ReadonlySet<string>) {
+  track(prev: ExecutionState | null, next: ExecutionState, reported: ReadonlySet<string>): void {
     const now = this.opts.now();
     const live = new Set<string>();
     for (const { token, info } of liveTokens(next)) {

@@ -81,10 +81,10 @@ Deno.test("attempts join their session, leave it when they die, and its worker h
   const id = register();
   const s = store.sessions.get(id)!;
   const one = holding({ "e1/x": id, "e1/y": id });
-  store.installed(null, one, new Set());
+  store.track(null, one, new Set());
   assert.deepEqual([...s.tokens], ["e1/x", "e1/y"]);
   // x was reported by its worker, y died otherwise (cancelled): only y is a cancel notice.
-  store.installed(one, holding({}), new Set(["e1/x"]));
+  store.track(one, holding({}), new Set(["e1/x"]));
   assert.deepEqual([...s.tokens], []);
   assert.deepEqual(store.heartbeat(s, []), ["e1/y"]);
   assert.deepEqual(store.heartbeat(s, []), []);
@@ -95,7 +95,7 @@ Deno.test("attempts join their session, leave it when they die, and its worker h
 
 Deno.test("an orphan is due one timeout later unless a heartbeat names it first", () => {
   const { store, due, sweep, register, at } = setup();
-  store.installed(null, holding({ "e1/x": "gone", "e1/y": "gone" }), new Set());
+  store.track(null, holding({ "e1/x": "gone", "e1/y": "gone" }), new Set());
   const id = register();
   const s: Session = store.sessions.get(id)!;
   assert.deepEqual(store.heartbeat(s, ["e1/x"]), []);
@@ -110,7 +110,7 @@ Deno.test("an attempt left out of heartbeats for a timeout is due once; listed, 
   const { store, due, sweep, register, at } = setup();
   const id = register();
   const s = store.sessions.get(id)!;
-  store.installed(null, holding({ "e1/x": id, "e1/y": id }), new Set());
+  store.track(null, holding({ "e1/x": id, "e1/y": id }), new Set());
   at(500);
   store.heartbeat(store.contact(id), ["e1/x"]);
   sweep(900);
@@ -127,7 +127,7 @@ Deno.test("an attempt left out of heartbeats for a timeout is due once; listed, 
 Deno.test("a worker that registered again takes over its attempts by naming them", () => {
   const { store, register } = setup();
   const first = register();
-  store.installed(null, holding({ "e1/x": first }), new Set());
+  store.track(null, holding({ "e1/x": first }), new Set());
   const second = register();
   const s2 = store.sessions.get(second)!;
   assert.deepEqual(store.heartbeat(s2, ["e1/x"]), []);
@@ -139,7 +139,7 @@ Deno.test("an attempt a heartbeat adopted and its worker later leaves out is due
   const { store, due, sweep, register, at } = setup();
   // Recovered after a restart: its session is gone (an orphan); the worker's new session lists
   // it and adopts it.
-  store.installed(null, holding({ "e1/x": "gone" }), new Set());
+  store.track(null, holding({ "e1/x": "gone" }), new Set());
   const id = register();
   const s = store.sessions.get(id)!;
   store.heartbeat(s, ["e1/x"]);

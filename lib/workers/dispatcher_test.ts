@@ -1,0 +1,125 @@
+/**
+ * The one dispatcher on its own, with the engine driven by the pure decide (lib/engine/testing.ts),
+ * the memory session store, and a counted TaskClaims standing in for shared mode's claim
+ * statement: the same poll path serves a single server (no claims) and shared mode (claims).
+ */
+import assert from "node:assert/strict";
+import type { Command } from "../engine/decide.ts";
+import { Driver, task, workflow } from "../engine/testing.ts";
+import type { Executions } from "../executions/executions.ts";
+import { Metrics } from "../metrics.ts";
+import { waitFor } from "../../tests/support/server.ts";
+import { Dispatcher, type TaskClaims } from "./dispatcher.ts";
+import { WorkerSessions } from "./sessions.ts";
+
+const T = { sanitizeOps: false, sanitizeResources: false };
+
+/** The engine faked over one Driver: commands are decided and installed at once. */
+function engine(d: Driver, dispatcher: () => Dispatcher | null): Executions {
+  return {
+    observer: null,
+    remote: null,
+    holds: () => true,
+    stateOf: (id: string) => (id === d.executionId ? d.state ?? undefined : undefined),
+    command: async (_id: string, cmd: Command) => {
+      const prev = d.state;
+      const r = await d.send(cmd);
+      if (r.accepted) dispatcher()?.installed(prev, d.state!, r.events);
+      return { accepted: r.accepted, state: d.state, events: r.events };
+    },
+    uncertain: () => Promise.resolve(),
+  } as unknown as Executions;
+}
+
+function setup(claims?: TaskClaims) {
+  const d = new Driver(workflow([task("a")]));
+  let dispatcher: Dispatcher | null = null;
+  const opts = { sessionTimeoutMs: 60_000, now: () => Date.now(), newId: d.newId };
+  dispatcher = new Dispatcher(engine(d, () => dispatcher), new Metrics(), opts, {
+    sessions: new WorkerSessions(opts),
+    ...(claims ? { claims } : {}),
+  });
+  const session = dispatcher.register({
+    worker_id: "w-1",
+    runtime: "typescript",
+    tasks: [{ name: "t.a", contract: "1" }],
+    concurrency: 4,
+  }) as string;
+  return { d, w: dispatcher, session };
+}
+
+/** Lets every pending timer of 0 ms and promise job run. */
+const settle = () => new Promise((r) => setTimeout(r, 0));
+
+Deno.test({
+  ...T,
+  name: "dispatcher: with claims, the polls of a session stand in line and only the first " +
+    "claims again on a wake-up; the next claims when the first leaves",
+  fn: async () => {
+    let claimed = 0;
+    const { w, session } = setup({
+      claim: () => {
+        claimed++;
+        return Promise.resolve([]);
+      },
+      recheckMs: 60_000,
+    });
+    const stop = [new AbortController(), new AbortController(), new AbortController()];
+    const polls = stop.map((c) => w.poll(session, 1, 30_000, c.signal));
+    // Each poll's first look claims (a poll that just arrived does not know the line is busy).
+    await waitFor(() => claimed === 3, "three first claims");
+    await waitFor(() => w.sessions.get(session)?.polling === 3, "three polls");
+    await settle();
+    w.wake();
+    await waitFor(() => claimed === 4, "the first poll's claim");
+    await settle();
+    await settle();
+    assert.equal(claimed, 4, "only the first poll of the line claims on a wake-up");
+    stop[0]!.abort();
+    assert.deepEqual(await polls[0], []);
+    await waitFor(() => claimed === 5, "the next poll in line claims");
+    await settle();
+    assert.equal(claimed, 5);
+    for (const c of stop) c.abort();
+    await Promise.all(polls);
+    w.stop();
+  },
+});
+
+Deno.test({
+  ...T,
+  name: "dispatcher: a task queued here goes to a waiting poll at once, with no claim; " +
+    "without claims (one server) the same path serves it",
+  fn: async () => {
+    for (const shared of [true, false]) {
+      let claimed = 0;
+      const { d, w, session } = setup(
+        shared
+          ? {
+            claim: () => {
+              claimed++;
+              return Promise.resolve([]);
+            },
+            recheckMs: 60_000,
+          }
+          : undefined,
+      );
+      const p1 = w.poll(session, 1, 30_000);
+      const p2 = w.poll(session, 1, 1_000);
+      await waitFor(() => w.sessions.get(session)?.polling === 2, "two polls");
+      await settle();
+      const before = claimed;
+      const r = await d.start();
+      w.installed(null, d.state!, r.events);
+      const tasks = await p1;
+      assert.deepEqual(tasks.map((t) => t.step), ["a"]);
+      assert.equal(d.state!.steps["a"]!.status, "dispatched");
+      // The task came from the queue; with claims, the poll next in line looked once (a claim)
+      // when the first left, as a line does.
+      assert.equal(claimed - before, shared ? 1 : 0, "the queued task needed no claim");
+      assert.equal(claimed, shared ? 3 : 0);
+      assert.deepEqual(await p2, []);
+      w.stop();
+    }
+  },
+});
