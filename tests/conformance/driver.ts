@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { api, type ServerProcess, startServer, tempDir, waitFor } from "../support/server.ts";
 import { startWorkerProcess, type WorkerEvent, type WorkerProcess } from "./worker_process.ts";
 import { type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
+import { startGrpcFaultProxy } from "./grpc_fault_proxy.ts";
 import type { Sdk } from "./sdks.ts";
 
 /** A history event as the API reads it. */
@@ -22,6 +23,10 @@ export class ScenarioRun {
   readonly cleanups: Array<() => Promise<void>> = [];
   #dir: string | null = null;
   #workerCount = 0;
+  /** For a gRPC row (sdk.grpc): the gRPC address of each server's and proxy's URL. */
+  readonly #grpc = new Map<string, string>();
+  /** gRPC proxies still binding (a worker waits for them). */
+  readonly #binding: Promise<void>[] = [];
 
   constructor(readonly sdk: Sdk, readonly command: string[]) {}
 
@@ -30,14 +35,25 @@ export class ScenarioRun {
     return this.#dir ??= await tempDir();
   }
 
-  /** A server on SQLite (a fresh file unless `db` names one) at a free port unless `addr`. */
+  /**
+   * A server on SQLite (a fresh file unless `db` names one) at a free port unless `addr`. For a
+   * gRPC row it also listens with `--grpc-addr`: on a free port, or, when `addr` is a former
+   * server's, on that server's gRPC port (a server started again is where it was on both).
+   */
   async server(o: { args?: string[]; db?: string; addr?: string } = {}): Promise<ServerProcess> {
+    const args = [...(o.args ?? [])];
+    const again = o.addr ? this.#grpc.get(`http://${o.addr}`) : undefined;
+    if (this.sdk.grpc) args.push("--grpc-addr", again ?? "127.0.0.1:0");
     const s = await startServer({
       db: o.db ?? `${await this.dir()}/orbit-${this.servers.length}.db`,
-      args: o.args ?? [],
+      args,
       ...(o.addr ? { addr: o.addr } : {}),
     });
     this.servers.push(s);
+    if (this.sdk.grpc) {
+      const line = await s.waitForLog(/ORBIT gRPC listening addr=/);
+      this.#grpc.set(s.url, line.match(/addr=(\S+)/)![1]!);
+    }
     return s;
   }
 
@@ -51,8 +67,16 @@ export class ScenarioRun {
     o: { ready?: boolean } = {},
   ): Promise<WorkerProcess> {
     const name = `${this.sdk.name}-worker-${++this.#workerCount}`;
+    const grpc: Record<string, string> = {};
+    if (this.sdk.grpc) {
+      await Promise.all(this.#binding);
+      const addr = this.#grpc.get(server);
+      if (!addr) throw new Error(`no gRPC address for ${server} (not a server of this run)`);
+      grpc.CONFORMANCE_GRPC_ADDR = addr;
+    }
     const w = startWorkerProcess(name, this.command, server, {
       CONFORMANCE_WORKER_ID: `conformance-${this.sdk.name}`,
+      ...grpc,
       ...env,
     });
     this.workers.push(w);
@@ -60,8 +84,20 @@ export class ScenarioRun {
     return w;
   }
 
+  /**
+   * A fault proxy in front of `target` (fault_proxy.ts); for a gRPC row, a gRPC one in front of
+   * the server's gRPC address (grpc_fault_proxy.ts), with the same records and faults.
+   */
   proxy(target: string, mode: "pass" | "5xx" = "pass", port = 0): FaultProxy {
-    const p = startFaultProxy(target, mode, port);
+    let p: FaultProxy;
+    if (this.sdk.grpc) {
+      const addr = this.#grpc.get(target);
+      if (!addr) throw new Error(`no gRPC address for ${target} (not a server of this run)`);
+      const g = startGrpcFaultProxy(addr, mode, port);
+      this.#grpc.set(g.url, g.addr);
+      this.#binding.push(g.ready);
+      p = g;
+    } else p = startFaultProxy(target, mode, port);
     this.proxies.push(p);
     return p;
   }
