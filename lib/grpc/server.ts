@@ -20,6 +20,7 @@ import protobuf from "protobufjs";
 import { PROTO_FILES } from "./proto_files.ts";
 import { PROTOS } from "./protos.ts";
 import { type Relay, startRelay } from "./relay.ts";
+import { answerOversizedMessages } from "./message_limit.ts";
 import { NotLeaderError, OrbitError } from "../errors.ts";
 import { log } from "../log.ts";
 import {
@@ -160,6 +161,8 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
   };
   // Messages up to the body limit and then some (the JSON body of a message is a little
   // larger than it): the HTTP layer judges the body, and answers BODY_TOO_LARGE as on HTTP.
+  // A message past this grpc-js refuses unread, with the same answer (message_limit.ts).
+  answerOversizedMessages(opts.maxBodyBytes);
   const server = new grpc.Server({
     "grpc.max_receive_message_length": opts.maxBodyBytes * 2 + 65_536,
     "grpc.max_send_message_length": -1,
