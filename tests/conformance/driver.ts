@@ -9,6 +9,8 @@ import { api, type ServerProcess, startServer, tempDir, waitFor } from "../suppo
 import { startWorkerProcess, type WorkerEvent, type WorkerProcess } from "./worker_process.ts";
 import { type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
 import { startGrpcFaultProxy } from "./grpc_fault_proxy.ts";
+import { startProxy } from "../support/proxy.ts";
+import { startSharedServer } from "../support/shared_cluster.ts";
 import type { Sdk } from "./sdks.ts";
 
 /** A history event as the API reads it. */
@@ -50,11 +52,39 @@ export class ScenarioRun {
       ...(o.addr ? { addr: o.addr } : {}),
     });
     this.servers.push(s);
-    if (this.sdk.grpc) {
-      const line = await s.waitForLog(/ORBIT gRPC listening addr=/);
-      this.#grpc.set(s.url, line.match(/addr=(\S+)/)![1]!);
-    }
+    if (this.sdk.grpc) await this.#learnGrpc(s);
     return s;
+  }
+
+  async #learnGrpc(s: ServerProcess): Promise<void> {
+    const line = await s.waitForLog(/ORBIT gRPC listening addr=/);
+    this.#grpc.set(s.url, line.match(/addr=(\S+)/)![1]!);
+  }
+
+  /** A shared-mode server on `db` (tests/support/shared_cluster.ts); `--grpc-addr` for gRPC. */
+  async sharedServer(db: string, id: string): Promise<ServerProcess> {
+    const grpc = this.sdk.grpc ? { args: ["--grpc-addr", "127.0.0.1:0"] } : {};
+    const s = await startSharedServer(db, id, grpc);
+    this.servers.push(s);
+    if (this.sdk.grpc) await this.#learnGrpc(s);
+    return s;
+  }
+
+  /**
+   * A round-robin balancer over `nodes` (tests/support/proxy.ts: connection by connection),
+   * once every node is ready behind it: `url` for the API, `workerUrl` for the worker — for a
+   * gRPC row a balancer of gRPC calls over the nodes' `--grpc-addr` (grpc_fault_proxy.ts).
+   */
+  async balancer(nodes: ServerProcess[]): Promise<{ url: string; workerUrl: string }> {
+    const lb = startProxy(() => nodes.map((n) => n.url), 100);
+    this.cleanups.push(() => lb.close());
+    await waitFor(() => lb.ready().length === nodes.length, "every server ready behind the proxy");
+    if (!this.sdk.grpc) return { url: lb.url, workerUrl: lb.url };
+    const g = startGrpcFaultProxy(nodes.map((n) => this.#grpc.get(n.url)!), "pass", 0);
+    this.proxies.push(g);
+    this.#grpc.set(g.url, g.addr);
+    await g.ready;
+    return { url: lb.url, workerUrl: g.url };
   }
 
   /**

@@ -48,25 +48,31 @@ function fault(n: number): grpc.StatusObject {
  * A gRPC proxy in front of `target` (host:port) on 127.0.0.1:`port` (a free one when 0, chosen
  * at once: the answer's `url` is usable before `ready` resolves). `url` is `http://` + its
  * address: the name a scenario hands the worker, which the driver maps to the gRPC address.
+ * Given several targets it is a balancer of calls: each call goes to the next target in turn
+ * (one grpc-js channel is one connection, so a balancer of connections would send a worker's
+ * every call to one server).
  */
 export function startGrpcFaultProxy(
-  target: string,
+  target: string | string[],
   mode: ProxyMode,
   port: number,
 ): FaultProxy & { readonly addr: string; readonly ready: Promise<void> } {
   const pkg = grpc.loadPackageDefinition(loadProtos()) as unknown as Pkg;
   const records: ProxyRecord[] = [];
+  const targets = Array.isArray(target) ? target : [target];
   let faults = 0;
-  // One channel to the server for every service: the first client's.
+  let turn = 0;
+  // One channel per target for every service: the target's first client's.
   const upstream = new Map<string, grpc.Client>();
   const clientOf = (service: string) => {
-    let c = upstream.get(service);
+    const to = targets[turn++ % targets.length]!;
+    let c = upstream.get(`${to} ${service}`);
     if (!c) {
-      const first = upstream.values().next().value as grpc.Client | undefined;
-      c = new pkg.orbit.v1[service]!(target, grpc.credentials.createInsecure(), {
+      const first = [...upstream.entries()].find(([k]) => k.startsWith(`${to} `))?.[1];
+      c = new pkg.orbit.v1[service]!(to, grpc.credentials.createInsecure(), {
         ...(first ? { channelOverride: first.getChannel() } : {}),
       });
-      upstream.set(service, c);
+      upstream.set(`${to} ${service}`, c);
     }
     return c as grpc.Client & Record<string, (...a: unknown[]) => grpc.ClientUnaryCall>;
   };

@@ -21,8 +21,6 @@ export interface Sdk {
    * gRPC address of the server it is given as `CONFORMANCE_GRPC_ADDR`.
    */
   grpc?: boolean;
-  /** Scenarios this row cannot run, each with the reason, printed when it is skipped. */
-  skip?: Record<string, string>;
 }
 
 /** The SDK cannot be tested here: its toolchain is not installed. */
@@ -268,12 +266,6 @@ export const SDKS: Sdk[] = [
     name: "typescript-grpc",
     runtime: "typescript",
     grpc: true,
-    skip: {
-      "shared-proxy":
-        "needs a round-robin balancer of gRPC calls over two shared-mode servers, which the suite " +
-        "does not have (tests/support/proxy.ts balances HTTP); tests/grpc_shared_test.ts runs a " +
-        "gRPC worker in shared mode instead",
-    },
     prepare: () =>
       Promise.resolve([
         Deno.execPath(),

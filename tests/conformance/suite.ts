@@ -49,12 +49,6 @@ export function conformanceTest(name: string): void {
       }
       for (const s of SCENARIOS) {
         if (pick && !pick.includes(s.id)) continue;
-        const reason = sdk.skip?.[s.id];
-        if (reason) {
-          console.warn(`!!! SKIPPING ${s.id} for ${sdk.name}: ${reason}`);
-          await t.step({ name: `${s.id} (skipped: ${reason})`, ignore: true, fn: () => {} });
-          continue;
-        }
         if (s.postgres && !(await postgres)) {
           console.warn(
             `!!! SKIPPING ${s.id} for ${sdk.name}: PostgreSQL (initdb) is not installed`,
