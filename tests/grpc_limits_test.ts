@@ -2,12 +2,14 @@
  * The binding's limits as gRPC statuses: RESOURCE_EXHAUSTED with `orbit-error-code` and the
  * API's JSON error, as HTTP answers 413 and 429 — a body over `--max-body-bytes` (judged by the
  * HTTP layer), a message so large that grpc-js refuses it before any handler runs (the same
- * BODY_TOO_LARGE answer), and a start past `--max-active-executions` (with `retry-after`).
+ * BODY_TOO_LARGE answer), and a start past `--max-active-executions` (with `retry-after`, which
+ * grpcFetch turns back into HTTP's header).
  */
 import assert from "node:assert/strict";
 import { api, tempDir } from "./support/server.ts";
 import { WORKFLOW } from "./support/three_steps.ts";
 import { asHttp, grpcClient, sameAnswer, startGrpcServer } from "./grpc_support.ts";
+import { grpcFetch } from "../lib/grpc/fetch.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 const TOKEN = "client-token-0123456789abcdef";
@@ -80,6 +82,20 @@ Deno.test({
       assert.equal(busy.grpc.grpc, "RESOURCE_EXHAUSTED");
       assert.equal(busy.grpc.orbitCode, "TOO_MANY_ACTIVE_EXECUTIONS");
       assert.equal(busy.grpc.metadata?.["retry-after"], "1");
+      // grpcFetch (the SDK's and the CLI's gRPC transport) gives it back as HTTP's header.
+      const f = grpcFetch({ addr: s.grpcAddr });
+      try {
+        const res = await f(`${s.url}/v1/executions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+          body: JSON.stringify({ workflow: "Three", input: 3 }),
+        });
+        assert.equal(res.status, 429);
+        assert.equal(res.headers.get("retry-after"), "1");
+        assert.equal((await res.json()).error.code, "TOO_MANY_ACTIVE_EXECUTIONS");
+      } finally {
+        f.close();
+      }
     } finally {
       g.close();
       assert.equal((await s.kill()).code, 0, s.logs.join("\n"));
