@@ -72,34 +72,71 @@ export interface ClientOptions {
   [key: string]: unknown;
 }
 
+/** `--grpc`'s requests: a fetch over the gRPC binding, and the gRPC address a URL stands for. */
+interface GrpcTransport {
+  fetch: typeof fetch;
+  /** The gRPC address the requests to `url` go to. */
+  addrOf(url: string): string;
+  close(): void;
+}
+
 /**
  * `--grpc host:port`: the requests go over the gRPC binding (lib/grpc/fetch.ts, loaded on the
- * first request: @grpc/grpc-js takes half a second to load); `close` ends its channel.
+ * first request: @grpc/grpc-js takes half a second to load); `close` ends its channels.
+ *
+ * A standby's NOT_LEADER names the leader's HTTP address (`orbit-leader`, the body's
+ * `leader_addr`): the leader's gRPC address is in no record of the cluster. So when OrbitHttp
+ * repeats a request at the leader (cli/http.ts), it goes to the leader's host on `--grpc`'s
+ * port: the servers of a cluster are taken to listen for gRPC on the same port, as they do for
+ * HTTP in the deployments of deploy/ (one port per role, a host per server).
  */
-function grpcFetchOf(addr: string): { fetch: typeof fetch; close(): void } {
-  let f: Promise<typeof fetch & { close(): void }> | null = null;
+function grpcTransport(server: string, addr: string): GrpcTransport {
+  const fetches = new Map<string, Promise<typeof fetch & { close(): void }>>();
+  const origin = new URL(server).origin;
+  const port = /:(\d+)$/.exec(addr)?.[1];
+  const addrOf = (url: string) => {
+    const u = new URL(url);
+    return u.origin === origin || !port ? addr : `${u.hostname}:${port}`;
+  };
   return {
+    addrOf,
     fetch: async (input, init) => {
-      f ??= import("../lib/grpc/fetch.ts").then((m) => m.grpcFetch({ addr }));
+      const to = addrOf(input instanceof Request ? input.url : String(input));
+      let f = fetches.get(to);
+      if (!f) {
+        f = import("../lib/grpc/fetch.ts").then((m) => m.grpcFetch({ addr: to }));
+        fetches.set(to, f);
+      }
       return await (await f)(input, init);
     },
-    close: () => void f?.then((g) => g.close()),
+    close: () => {
+      for (const f of fetches.values()) void f.then((g) => g.close());
+    },
   };
 }
 
-export function context(opts: ClientOptions, grpc: { fetch: typeof fetch } | null = null): Ctx {
-  let server: string;
+function serverOf(opts: ClientOptions): string {
   try {
-    server = normalizeServer(opts.server);
+    return normalizeServer(opts.server);
   } catch (e) {
     throw usageError(`--server ${opts.server}: not a usable URL: ${(e as Error).message}`);
   }
+}
+
+export function context(opts: ClientOptions, grpc: GrpcTransport | null = null): Ctx {
+  const server = serverOf(opts);
   const http = new OrbitHttp({
     server,
     token: opts.token,
     ...(grpc ? { fetch: grpc.fetch } : {}),
     onRedirect: (from, to) =>
-      err(`note: ${from} is not the leader; repeating the request at ${to}`),
+      err(
+        grpc
+          ? `note: ${grpc.addrOf(from)} is not the leader; repeating the request at ${
+            grpc.addrOf(to)
+          } (the leader ${to}, on --grpc's port)`
+          : `note: ${from} is not the leader; repeating the request at ${to}`,
+      ),
   });
   return { http, json: opts.json === true };
 }
@@ -116,8 +153,9 @@ export function act(
     const cmd = params.at(-1) as Command;
     const opts = cmd.opts() as ClientOptions;
     let code: number;
-    const grpc = opts.grpc ? grpcFetchOf(opts.grpc) : null;
+    let grpc: GrpcTransport | null = null;
     try {
+      grpc = opts.grpc ? grpcTransport(serverOf(opts), opts.grpc) : null;
       code = (await fn(context(opts, grpc), params.slice(0, -2), opts)) ?? EXIT.OK;
     } catch (e) {
       code = report(e, opts.json === true);

@@ -55,6 +55,7 @@ Deno.test({
         "service orbit.v1.Workflows",
         "method orbit.v1.Workers.Register(.orbit.v1.RegisterRequest) returns (.orbit.v1.RegisterResponse)",
         "method orbit.v1.Workers.Poll(.orbit.v1.PollRequest) returns (.orbit.v1.TasksResponse)",
+        "method orbit.v1.Workers.PollStream(.orbit.v1.PollStreamRequest) returns (.orbit.v1.Task)",
         "method orbit.v1.Workers.Heartbeat(.orbit.v1.HeartbeatRequest) returns (.orbit.v1.HeartbeatResponse)",
         "method orbit.v1.Workers.Complete(.orbit.v1.CompleteRequest) returns (.orbit.v1.ReportResponse)",
         "method orbit.v1.Workers.Fail(.orbit.v1.FailRequest) returns (.orbit.v1.ReportResponse)",

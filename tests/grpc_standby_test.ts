@@ -120,6 +120,11 @@ Deno.test({
       assert.deepEqual(history.messages, []);
       assert.equal(history.error?.status, "UNAVAILABLE");
       assert.equal(history.error?.orbitCode, "NOT_LEADER");
+      const polls = await gb.stream("Workers", "PollStream", { session_id: "s", slots: 1 });
+      assert.deepEqual(polls.messages, []);
+      assert.equal(polls.error?.status, "UNAVAILABLE");
+      assert.equal(polls.error?.orbitCode, "NOT_LEADER");
+      assert.equal(polls.error?.metadata["orbit-leader"], a.url);
       // grpc.health.v1: what a balancer checks. NOT_SERVING on the standby, SERVING on a.
       assert.deepEqual(await gb.call("grpc.health.v1.Health", "Check", { service: "" }), {
         ok: true,

@@ -27,13 +27,23 @@ export interface Answer {
   body: unknown;
 }
 
+/** A gRPC answer read as HTTP's, with its gRPC status and, for an error, its metadata. */
+export type GrpcAnswer = Answer & {
+  grpc: string;
+  /** `orbit-error-code` of an error (null: none sent; undefined: not an error). */
+  orbitCode?: string | null;
+  metadata?: Record<string, string>;
+};
+
 /** The HTTP answer a gRPC result stands for (Document: `created` is 201; errors: the trailer). */
-export function asHttp(r: GrpcResult<Record<string, unknown>>): Answer & { grpc: string } {
+export function asHttp(r: GrpcResult<Record<string, unknown>>): GrpcAnswer {
   if (!r.ok) {
     return {
       status: Number(r.error.metadata["orbit-http-status"]),
       body: r.error.body,
       grpc: r.error.status,
+      orbitCode: r.error.orbitCode,
+      metadata: r.error.metadata,
     };
   }
   const v = r.value;
@@ -61,7 +71,7 @@ export async function sameAnswer(
   token: string | undefined,
   http: { method: string; path: string; body?: unknown; raw?: string },
   rpc: { service: string; rpc: string; request: Record<string, unknown> },
-): Promise<{ http: Answer; grpc: Answer & { grpc: string } }> {
+): Promise<{ http: Answer; grpc: GrpcAnswer }> {
   let h: Answer;
   if (http.raw !== undefined) {
     const r = await fetch(base + http.path, {
@@ -81,6 +91,11 @@ export async function sameAnswer(
   const what = `${http.method} ${http.path} vs ${rpc.service}.${rpc.rpc}`;
   assert.equal(gr.status, h.status, `${what}: ${JSON.stringify({ http: h, grpc: gr })}`);
   assert.deepEqual(steady(gr.body), steady(h.body), what);
+  if (h.status >= 400) {
+    // An error's code is also metadata of its own, for clients that read no body.
+    const code = (h.body as { error?: { code?: string } } | null)?.error?.code;
+    assert.equal(gr.orbitCode, code, `${what}: orbit-error-code`);
+  }
   return { http: h, grpc: gr };
 }
 

@@ -39,6 +39,16 @@ export interface GrpcClient {
     request: Record<string, unknown>,
     o?: { signal?: AbortSignal },
   ): Promise<{ messages: T[]; error: GrpcCallError | null }>;
+  /**
+   * A server stream as it runs: `messages` grows as they arrive, `ended` is its final status
+   * (null: ended OK), `cancel` ends it from this side.
+   */
+  // deno-lint-ignore no-explicit-any
+  open<T = any>(
+    service: string,
+    rpc: string,
+    request: Record<string, unknown>,
+  ): { messages: T[]; ended: Promise<GrpcCallError | null>; cancel(): void };
   close(): void;
 }
 
@@ -134,6 +144,16 @@ export function grpcClient(
         s.on("error", (e: grpc.ServiceError) => resolve({ messages, error: readError(e) }));
         s.on("end", () => resolve({ messages, error: null }));
       }),
+    open: (service, rpc, request) => {
+      const messages: never[] = [];
+      const s = client(service)[rpc]!(request, metadata()) as grpc.ClientReadableStream<never>;
+      s.on("data", (m: never) => messages.push(m));
+      const ended = new Promise<GrpcCallError | null>((resolve) => {
+        s.on("error", (e: grpc.ServiceError) => resolve(readError(e)));
+        s.on("end", () => resolve(null));
+      });
+      return { messages, ended, cancel: () => s.cancel() };
+    },
     close: () => {
       for (const c of clients.values()) c.close();
     },

@@ -87,10 +87,11 @@ function errorAnswer(e: GrpcCallError): Response {
   if (!e.orbitCode || !Number.isInteger(status)) {
     throw new TypeError(`gRPC ${e.status}: ${e.details}`);
   }
-  return new Response(JSON.stringify(e.body), {
-    status,
-    headers: { "content-type": "application/json" },
-  });
+  // The headers HTTP sends with an error, from the metadata the binding sends them as.
+  const headers = new Headers({ "content-type": "application/json" });
+  if (e.metadata["orbit-leader"]) headers.set("x-orbit-leader", e.metadata["orbit-leader"]);
+  if (e.metadata["retry-after"]) headers.set("retry-after", e.metadata["retry-after"]);
+  return new Response(JSON.stringify(e.body), { status, headers });
 }
 
 export function grpcFetch(o: GrpcFetchOptions): GrpcFetch {

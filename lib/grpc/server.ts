@@ -20,6 +20,8 @@ import protobuf from "protobufjs";
 import { PROTO_FILES } from "./proto_files.ts";
 import { PROTOS } from "./protos.ts";
 import { type Relay, startRelay } from "./relay.ts";
+import { answerOversizedMessages } from "./message_limit.ts";
+import { type Outcome, pollStream, SlotEvents } from "./poll_stream.ts";
 import { NotLeaderError, OrbitError } from "../errors.ts";
 import { log } from "../log.ts";
 import {
@@ -139,13 +141,6 @@ function orbitError(e: OrbitError): CallError {
   return callError(e.status, JSON.stringify(e.toBody()), e.headers);
 }
 
-/** The answer of one HTTP request. */
-interface Outcome {
-  status: number;
-  text: string;
-  headers: Headers;
-}
-
 interface CallLike {
   metadata: grpc.Metadata;
   getPeer(): string;
@@ -160,6 +155,8 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
   };
   // Messages up to the body limit and then some (the JSON body of a message is a little
   // larger than it): the HTTP layer judges the body, and answers BODY_TOO_LARGE as on HTTP.
+  // A message past this grpc-js refuses unread, with the same answer (message_limit.ts).
+  answerOversizedMessages(opts.maxBodyBytes);
   const server = new grpc.Server({
     "grpc.max_receive_message_length": opts.maxBodyBytes * 2 + 65_536,
     "grpc.max_send_message_length": -1,
@@ -240,10 +237,22 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
       };
     }
     const out = await dispatch(call, m.http, req.path, req.body);
+    if (m.service === "Workers") slotEvent(m.rpc, call.request, out.status);
     if (out.status < 300 || m.ok?.includes(out.status)) {
       return { value: response(m.answer, out.status, out.text) };
     }
     return { error: callError(out.status, out.text, out.headers) };
+  }
+
+  // What frees the slots of PollStream calls: the results and heartbeats answered here.
+  const slots = new SlotEvents();
+  function slotEvent(rpc: string, msg: Record<string, unknown>, status: number) {
+    if (status >= 500) return; // not answered: the worker will send it again
+    if ((rpc === "Complete" || rpc === "Fail") && typeof msg.token === "string") {
+      slots.reported(msg.token);
+    } else if (rpc === "Heartbeat" && status < 300 && Array.isArray(msg.tokens)) {
+      slots.heartbeat(String(msg.session_id ?? ""), msg.tokens.map(String));
+    }
   }
 
   const services: Record<string, grpc.UntypedServiceImplementation> = {};
@@ -302,6 +311,23 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
       call.end();
     })().catch((e) => {
       log.server.error("gRPC call failed", { rpc: "Executions.History", error: String(e) });
+      call.emit("error", {
+        code: grpc.status.INTERNAL,
+        details: "internal error; see the server log",
+      });
+    });
+  };
+
+  services.Workers!.PollStream = (
+    call: grpc.ServerWritableStream<Record<string, unknown>, unknown>,
+  ) => {
+    pollStream(call, {
+      events: slots,
+      refused: notLeader,
+      dispatch: (c, path, body) => dispatch(c, "POST", path, body),
+      error: (out) => callError(out.status, out.text, out.headers),
+    }).catch((e) => {
+      log.server.error("gRPC call failed", { rpc: "Workers.PollStream", error: String(e) });
       call.emit("error", {
         code: grpc.status.INTERNAL,
         details: "internal error; see the server log",

@@ -8,6 +8,9 @@ import assert from "node:assert/strict";
 import { api, type ServerProcess, startServer, tempDir, waitFor } from "../support/server.ts";
 import { startWorkerProcess, type WorkerEvent, type WorkerProcess } from "./worker_process.ts";
 import { type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
+import { startGrpcFaultProxy } from "./grpc_fault_proxy.ts";
+import { startProxy } from "../support/proxy.ts";
+import { startSharedServer } from "../support/shared_cluster.ts";
 import type { Sdk } from "./sdks.ts";
 
 /** A history event as the API reads it. */
@@ -22,6 +25,10 @@ export class ScenarioRun {
   readonly cleanups: Array<() => Promise<void>> = [];
   #dir: string | null = null;
   #workerCount = 0;
+  /** For a gRPC row (sdk.grpc): the gRPC address of each server's and proxy's URL. */
+  readonly #grpc = new Map<string, string>();
+  /** gRPC proxies still binding (a worker waits for them). */
+  readonly #binding: Promise<void>[] = [];
 
   constructor(readonly sdk: Sdk, readonly command: string[]) {}
 
@@ -30,15 +37,54 @@ export class ScenarioRun {
     return this.#dir ??= await tempDir();
   }
 
-  /** A server on SQLite (a fresh file unless `db` names one) at a free port unless `addr`. */
+  /**
+   * A server on SQLite (a fresh file unless `db` names one) at a free port unless `addr`. For a
+   * gRPC row it also listens with `--grpc-addr`: on a free port, or, when `addr` is a former
+   * server's, on that server's gRPC port (a server started again is where it was on both).
+   */
   async server(o: { args?: string[]; db?: string; addr?: string } = {}): Promise<ServerProcess> {
+    const args = [...(o.args ?? [])];
+    const again = o.addr ? this.#grpc.get(`http://${o.addr}`) : undefined;
+    if (this.sdk.grpc) args.push("--grpc-addr", again ?? "127.0.0.1:0");
     const s = await startServer({
       db: o.db ?? `${await this.dir()}/orbit-${this.servers.length}.db`,
-      args: o.args ?? [],
+      args,
       ...(o.addr ? { addr: o.addr } : {}),
     });
     this.servers.push(s);
+    if (this.sdk.grpc) await this.#learnGrpc(s);
     return s;
+  }
+
+  async #learnGrpc(s: ServerProcess): Promise<void> {
+    const line = await s.waitForLog(/ORBIT gRPC listening addr=/);
+    this.#grpc.set(s.url, line.match(/addr=(\S+)/)![1]!);
+  }
+
+  /** A shared-mode server on `db` (tests/support/shared_cluster.ts); `--grpc-addr` for gRPC. */
+  async sharedServer(db: string, id: string): Promise<ServerProcess> {
+    const grpc = this.sdk.grpc ? { args: ["--grpc-addr", "127.0.0.1:0"] } : {};
+    const s = await startSharedServer(db, id, grpc);
+    this.servers.push(s);
+    if (this.sdk.grpc) await this.#learnGrpc(s);
+    return s;
+  }
+
+  /**
+   * A round-robin balancer over `nodes` (tests/support/proxy.ts: connection by connection),
+   * once every node is ready behind it: `url` for the API, `workerUrl` for the worker — for a
+   * gRPC row a balancer of gRPC calls over the nodes' `--grpc-addr` (grpc_fault_proxy.ts).
+   */
+  async balancer(nodes: ServerProcess[]): Promise<{ url: string; workerUrl: string }> {
+    const lb = startProxy(() => nodes.map((n) => n.url), 100);
+    this.cleanups.push(() => lb.close());
+    await waitFor(() => lb.ready().length === nodes.length, "every server ready behind the proxy");
+    if (!this.sdk.grpc) return { url: lb.url, workerUrl: lb.url };
+    const g = startGrpcFaultProxy(nodes.map((n) => this.#grpc.get(n.url)!), "pass", 0);
+    this.proxies.push(g);
+    this.#grpc.set(g.url, g.addr);
+    await g.ready;
+    return { url: lb.url, workerUrl: g.url };
   }
 
   /**
@@ -51,8 +97,16 @@ export class ScenarioRun {
     o: { ready?: boolean } = {},
   ): Promise<WorkerProcess> {
     const name = `${this.sdk.name}-worker-${++this.#workerCount}`;
+    const grpc: Record<string, string> = {};
+    if (this.sdk.grpc) {
+      await Promise.all(this.#binding);
+      const addr = this.#grpc.get(server);
+      if (!addr) throw new Error(`no gRPC address for ${server} (not a server of this run)`);
+      grpc.CONFORMANCE_GRPC_ADDR = addr;
+    }
     const w = startWorkerProcess(name, this.command, server, {
       CONFORMANCE_WORKER_ID: `conformance-${this.sdk.name}`,
+      ...grpc,
       ...env,
     });
     this.workers.push(w);
@@ -60,8 +114,20 @@ export class ScenarioRun {
     return w;
   }
 
+  /**
+   * A fault proxy in front of `target` (fault_proxy.ts); for a gRPC row, a gRPC one in front of
+   * the server's gRPC address (grpc_fault_proxy.ts), with the same records and faults.
+   */
   proxy(target: string, mode: "pass" | "5xx" = "pass", port = 0): FaultProxy {
-    const p = startFaultProxy(target, mode, port);
+    let p: FaultProxy;
+    if (this.sdk.grpc) {
+      const addr = this.#grpc.get(target);
+      if (!addr) throw new Error(`no gRPC address for ${target} (not a server of this run)`);
+      const g = startGrpcFaultProxy(addr, mode, port);
+      this.#grpc.set(g.url, g.addr);
+      this.#binding.push(g.ready);
+      p = g;
+    } else p = startFaultProxy(target, mode, port);
     this.proxies.push(p);
     return p;
   }

@@ -6,9 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { api, startServer, waitFor } from "../support/server.ts";
-import { startProxy } from "../support/proxy.ts";
 import { sharedPostgres } from "../support/pg.ts";
-import { startSharedServer } from "../support/shared_cluster.ts";
 import { freePort } from "./fault_proxy.ts";
 import {
   deploy,
@@ -463,11 +461,8 @@ const sharedProxy: Scenario = {
   postgres: true,
   async run(r) {
     const db = await (await sharedPostgres()).createDatabase();
-    const nodes = [await startSharedServer(db, "node-1"), await startSharedServer(db, "node-2")];
-    r.servers.push(...nodes);
-    const lb = startProxy(() => nodes.map((n) => n.url), 100);
-    r.cleanups.push(() => lb.close());
-    await waitFor(() => lb.ready().length === 2, "both servers ready behind the proxy");
+    const nodes = [await r.sharedServer(db, "node-1"), await r.sharedServer(db, "node-2")];
+    const lb = await r.balancer(nodes);
     await deploy(lb.url, {
       ir: "orbit-ir/1",
       name: "Two",
@@ -478,7 +473,7 @@ const sharedProxy: Scenario = {
         { id: "done", return: "{% $steps.b %}" },
       ],
     });
-    const w = await r.worker(lb.url, { CONFORMANCE_CONCURRENCY: "2" });
+    const w = await r.worker(lb.workerUrl, { CONFORMANCE_CONCURRENCY: "2" });
     const ids = Array.from({ length: 6 }, (_, i) => `sh-${i}`);
     for (const id of ids) await start(lb.url, "Two", id, { value: id });
     for (const id of ids) {

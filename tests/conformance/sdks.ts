@@ -15,6 +15,12 @@ export interface Sdk {
    * when the language's toolchain is not installed.
    */
   prepare(): Promise<string[]>;
+  /**
+   * The worker talks to the gRPC binding: every server of a scenario also listens with
+   * `--grpc-addr`, proxies are gRPC proxies (grpc_fault_proxy.ts), and the program gets the
+   * gRPC address of the server it is given as `CONFORMANCE_GRPC_ADDR`.
+   */
+  grpc?: boolean;
 }
 
 /** The SDK cannot be tested here: its toolchain is not installed. */
@@ -247,6 +253,19 @@ export const SDKS: Sdk[] = [
   {
     name: "typescript",
     runtime: "typescript",
+    prepare: () =>
+      Promise.resolve([
+        Deno.execPath(),
+        "run",
+        "-A",
+        `${ROOT}sdk/typescript/testing/conformance_worker.ts`,
+      ]),
+  },
+  {
+    // The same program over the gRPC binding (sdk/typescript/grpc_transport.ts).
+    name: "typescript-grpc",
+    runtime: "typescript",
+    grpc: true,
     prepare: () =>
       Promise.resolve([
         Deno.execPath(),

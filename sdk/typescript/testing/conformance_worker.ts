@@ -8,7 +8,9 @@
  * Environment: ORBIT_SERVER, ORBIT_TOKEN, CONFORMANCE_WORKER_ID, CONFORMANCE_TASKS (names,
  * comma-separated; default all), CONFORMANCE_CONCURRENCY (default 2), CONFORMANCE_HEARTBEAT_MS
  * (default 500), CONFORMANCE_POLL_WAIT_S (default 10), CONFORMANCE_STOP_GRACE_MS (default
- * 30000). SIGTERM or SIGINT: stop gracefully, print {"event":"stopped"}, exit 0.
+ * 30000), CONFORMANCE_GRPC_ADDR (host:port: talk to that gRPC binding through grpcFetch of
+ * ../grpc_transport.ts instead of HTTP; `--server` then only names the runtime). SIGTERM or
+ * SIGINT: stop gracefully, print {"event":"stopped"}, exit 0.
  */
 import { defineTask, type TaskContext, TaskError, Worker, z } from "../mod.ts";
 
@@ -125,8 +127,15 @@ const tasks = wanted.length === 0 ? all : all.filter((t) => wanted.includes(t.na
 const workerId = env("CONFORMANCE_WORKER_ID") ?? "conformance-typescript";
 const graceMs = envInt("CONFORMANCE_STOP_GRACE_MS", 30_000);
 
+const grpcAddr = env("CONFORMANCE_GRPC_ADDR");
+// Loaded only when asked for: @grpc/grpc-js takes half a second to load.
+const grpc = grpcAddr
+  ? (await import("../grpc_transport.ts")).grpcFetch({ addr: grpcAddr })
+  : undefined;
+
 const worker = new Worker({
   server: flag("--server") ?? env("ORBIT_SERVER") ?? "http://127.0.0.1:7233",
+  ...(grpc ? { fetch: grpc } : {}),
   token: env("ORBIT_TOKEN"),
   workerId,
   tasks,
@@ -159,6 +168,7 @@ if (!stopping) {
     worker_id: workerId,
     runtime: "typescript",
     tasks: tasks.length,
+    transport: grpc ? "grpc" : "http",
   });
 }
 await worker.done;
