@@ -57,6 +57,7 @@ import {
   LANGUAGE_NAMES,
   workerCommand,
 } from "./language_workers.ts";
+import { serverCounters } from "./counters.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -154,25 +155,6 @@ function languageOf(workerId: string): string {
   return !m ? "typescript" : m[1] === "py" ? "python" : m[1] === "grpc" ? "typescript-grpc" : m[1]!;
 }
 
-/** Counters of the server's /v1/metrics this benchmark reads. */
-async function serverCounters(c: ReturnType<typeof api>) {
-  const r = await c.call("GET", "/v1/metrics");
-  const text = String(r.body);
-  const read = (name: string) =>
-    Number(text.match(new RegExp(`^${name} (\\S+)$`, "m"))?.[1] ?? NaN);
-  /** A counter summed over its labels (0 when it has none yet). */
-  const sum = (name: string) =>
-    [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "gm"))]
-      .reduce((n, m) => n + Number(m[1]), 0);
-  return {
-    forwards: sum("orbit_commands_forwarded_total"),
-    requests: sum("orbit_http_requests_total"),
-    commits: read("orbit_commits_total"),
-    events: read("orbit_events_appended_total"),
-    commitSeconds: read("orbit_append_latency_seconds_sum"),
-  };
-}
-
 function pct(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;
 }
@@ -208,6 +190,8 @@ async function bench(store: "sqlite" | "postgres") {
     return {
       commits: each.reduce((n, x) => n + x.commits, 0),
       forwards: each.reduce((n, x) => n + x.forwards, 0),
+      claims: each.reduce((n, x) => n + x.claims, 0),
+      notifications: each.reduce((n, x) => n + x.notifications, 0),
       requests: each.reduce((n, x) => n + x.requests, 0),
       events: each.reduce((n, x) => n + x.events, 0),
       commitSeconds: each.reduce((n, x) => n + x.commitSeconds, 0),
@@ -497,6 +481,12 @@ async function bench(store: "sqlite" | "postgres") {
       commits_per_order: round((counters.commits - counters0.commits) / ORDERS, 2),
       // Shared mode: results, dispatches, signals and cancels sent to another node's inbox.
       forwards_per_order: round((counters.forwards - counters0.forwards) / ORDERS, 2),
+      // Shared mode: claim statements run, and notifications sent (every channel), per order.
+      claims_per_order: round((counters.claims - counters0.claims) / ORDERS, 2),
+      notifications_per_order: round(
+        (counters.notifications - counters0.notifications) / ORDERS,
+        2,
+      ),
       // HTTP requests the servers answered (the bench's own /v1/metrics reads included: 2 per
       // server), per order.
       requests_per_order: round((counters.requests - counters0.requests) / ORDERS, 2),
