@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { startServer, tempDir } from "./support/server.ts";
 import { serverRefusal } from "./support/refusal.ts";
-import { HAS_OPENSSL, type Pair, selfSigned } from "./support/tls.ts";
+import { HAS_OPENSSL, selfSigned } from "./support/tls.ts";
 
 Deno.test({
   name: "with --tls-cert and --tls-key the server speaks HTTPS and says tls=true",
