@@ -211,6 +211,20 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     onListen: ({ hostname, port }) => {
       advertise = cfg.advertiseAddr ?? advertisedAddr(hostname, port, tls !== null);
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+      // The reference page's order: the cluster mode line, then the listening line.
+      if (node) {
+        log.cluster.info("cluster mode: standby until elected", {
+          node_id: node.nodeId,
+          advertise_addr: advertise,
+        });
+      }
+      if (sharedNode) {
+        log.shared.info("cluster mode: shared (every server active)", {
+          node_id: sharedNode.nodeId,
+          advertise_addr: advertise,
+          node_timeout_ms: cfg.nodeTimeoutS * 1000,
+        });
+      }
       log.server.info("ORBIT runtime listening", {
         addr: `${host}:${port}`,
         tls: tls !== null,
@@ -245,33 +259,20 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     } catch (e) {
       fail(`cannot listen on --grpc-addr: ${(e as Error).message}`);
     }
+    grpcAdvertise = cfg.grpcAdvertiseAddr ??
+      advertisedGrpcAddr(cfg.grpcAddr.hostname, grpcServer.port);
     log.server.info("ORBIT gRPC listening", {
       addr: `${cfg.grpcAddr.hostname}:${grpcServer.port}`,
       tls: tls !== null,
+      ...(cfg.cluster ? { advertise_addr: grpcAdvertise } : {}),
     });
-    grpcAdvertise = cfg.grpcAdvertiseAddr ??
-      advertisedGrpcAddr(cfg.grpcAddr.hostname, grpcServer.port);
   }
 
   // The cluster is joined once both listeners are bound: the leader record (standby mode) and
   // the node row (shared mode) carry both advertised addresses.
   const addrs = { http: advertise, grpc: grpcAdvertise };
-  const grpcField = cfg.grpcAddr ? { grpc_advertise_addr: grpcAdvertise } : {};
-  if (node) {
-    log.cluster.info("cluster mode: standby until elected", {
-      node_id: node.nodeId,
-      advertise_addr: advertise,
-      ...grpcField,
-    });
-    node.start(addrs);
-  }
+  node?.start(addrs);
   if (sharedNode) {
-    log.shared.info("cluster mode: shared (every server active)", {
-      node_id: sharedNode.nodeId,
-      advertise_addr: advertise,
-      ...grpcField,
-      node_timeout_ms: cfg.nodeTimeoutS * 1000,
-    });
     const n = sharedNode;
     n.start(addrs).catch(async (e) => {
       console.error(`error: ${(e as Error).message}`);

@@ -58,6 +58,11 @@ Deno.test({
       await a.waitForLog(/cluster: leader is serving node_id=a term=1/);
       b = await node(db, "b");
       await b.waitForLog(/cluster: standby; following the leader term=1 leader="a"/);
+      // Each names the gRPC address it advertises (by default its --grpc-addr, as bound).
+      for (const s of [a, b]) {
+        const line = s.logs.find((l) => /ORBIT gRPC listening/.test(l)) ?? "";
+        assert.ok(line.endsWith(` tls=false advertise_addr="${s.grpcAddr}"`), line);
+      }
       // Two gRPC ports: the leader's cannot be guessed from the standby's.
       assert.notEqual(new URL(`http://${a.grpcAddr}`).port, new URL(`http://${b.grpcAddr}`).port);
       const ga = grpcClient(a.grpcAddr, { token: TOKEN });
