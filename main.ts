@@ -5,7 +5,13 @@
  * the HTTP server (lib/http_server.ts).
  */
 import { Command, Option } from "commander";
-import { ConfigError, parseServerConfig, type ServerConfig } from "./lib/config.ts";
+import {
+  advertisedAddr,
+  advertisedGrpcAddr,
+  ConfigError,
+  parseServerConfig,
+  type ServerConfig,
+} from "./lib/config.ts";
 import { log, setupLogging } from "./lib/log.ts";
 import { Runtime, type RuntimeOptions } from "./lib/runtime.ts";
 import { openStore } from "./lib/store/open.ts";
@@ -193,6 +199,9 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     await single.start();
     handler = createApp(single, appOptions).fetch;
   }
+  /** This server's advertised addresses (`--advertise-addr`, `--grpc-advertise-addr`). */
+  let advertise: string | null = null;
+  let grpcAdvertise: string | null = null;
   const server = serveHttp({
     hostname: cfg.hostname,
     port: cfg.port,
@@ -200,11 +209,9 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     headerTimeoutMs: cfg.headerTimeoutMs,
     idleTimeoutMs: cfg.idleTimeoutMs,
     onListen: ({ hostname, port }) => {
+      advertise = cfg.advertiseAddr ?? advertisedAddr(hostname, port, tls !== null);
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
-      const advertise = cfg.advertiseAddr ??
-        (["0.0.0.0", "::", "[::]"].includes(hostname)
-          ? null
-          : `${tls ? "https" : "http"}://${host}:${port}`);
+      // The reference page's order: the cluster mode line, then the listening line.
       if (node) {
         log.cluster.info("cluster mode: standby until elected", {
           node_id: node.nodeId,
@@ -217,16 +224,7 @@ async function runServer(cfg: ServerConfig): Promise<void> {
           advertise_addr: advertise,
           node_timeout_ms: cfg.nodeTimeoutS * 1000,
         });
-        const n = sharedNode;
-        queueMicrotask(() =>
-          n.start(advertise).catch(async (e) => {
-            console.error(`error: ${(e as Error).message}`);
-            await n.abort();
-            Deno.exit(2);
-          })
-        );
       }
-      queueMicrotask(() => node?.start(advertise));
       log.server.info("ORBIT runtime listening", {
         addr: `${host}:${port}`,
         tls: tls !== null,
@@ -261,9 +259,25 @@ async function runServer(cfg: ServerConfig): Promise<void> {
     } catch (e) {
       fail(`cannot listen on --grpc-addr: ${(e as Error).message}`);
     }
+    grpcAdvertise = cfg.grpcAdvertiseAddr ??
+      advertisedGrpcAddr(cfg.grpcAddr.hostname, grpcServer.port);
     log.server.info("ORBIT gRPC listening", {
       addr: `${cfg.grpcAddr.hostname}:${grpcServer.port}`,
       tls: tls !== null,
+      ...(cfg.cluster ? { advertise_addr: grpcAdvertise } : {}),
+    });
+  }
+
+  // The cluster is joined once both listeners are bound: the leader record (standby mode) and
+  // the node row (shared mode) carry both advertised addresses.
+  const addrs = { http: advertise, grpc: grpcAdvertise };
+  node?.start(addrs);
+  if (sharedNode) {
+    const n = sharedNode;
+    n.start(addrs).catch(async (e) => {
+      console.error(`error: ${(e as Error).message}`);
+      await n.abort();
+      Deno.exit(2);
     });
   }
 
@@ -418,6 +432,12 @@ program.command("server")
     new Option("--advertise-addr <url>", "URL standbys hand out for this server").env(
       "ORBIT_ADVERTISE_ADDR",
     ),
+  )
+  .addOption(
+    new Option(
+      "--grpc-advertise-addr <host:port>",
+      "gRPC address standbys hand out for this server (default: from --grpc-addr)",
+    ).env("ORBIT_GRPC_ADVERTISE_ADDR"),
   )
   .addOption(
     new Option(

@@ -77,6 +77,8 @@ interface GrpcTransport {
   fetch: typeof fetch;
   /** The gRPC address the requests to `url` go to. */
   addrOf(url: string): string;
+  /** How `addrOf(url)` was found, for the redirect note. */
+  howOf(url: string): string;
   close(): void;
 }
 
@@ -84,22 +86,29 @@ interface GrpcTransport {
  * `--grpc host:port`: the requests go over the gRPC binding (lib/grpc/fetch.ts, loaded on the
  * first request: @grpc/grpc-js takes half a second to load); `close` ends its channels.
  *
- * A standby's NOT_LEADER names the leader's HTTP address (`orbit-leader`, the body's
- * `leader_addr`): the leader's gRPC address is in no record of the cluster. So when OrbitHttp
- * repeats a request at the leader (cli/http.ts), it goes to the leader's host on `--grpc`'s
- * port: the servers of a cluster are taken to listen for gRPC on the same port, as they do for
- * HTTP in the deployments of deploy/ (one port per role, a host per server).
+ * OrbitHttp (cli/http.ts) follows NOT_LEADER by the leader's HTTP address (`x-orbit-leader`,
+ * from the binding's `orbit-leader-http`); the request it repeats there goes to the leader's gRPC
+ * address, which the standby names in `orbit-leader` (grpcFetch's `x-orbit-leader-grpc`) when
+ * the leader recorded one (`--grpc-advertise-addr`, by default its `--grpc-addr`). A leader
+ * without one (no gRPC address it could advertise, or a version before it recorded one) is
+ * reached at its host on `--grpc`'s port: one gRPC port on every server, each on its own host.
  */
 function grpcTransport(server: string, addr: string): GrpcTransport {
   const fetches = new Map<string, Promise<typeof fetch & { close(): void }>>();
   const origin = new URL(server).origin;
   const port = /:(\d+)$/.exec(addr)?.[1];
+  /** A leader's gRPC address by the origin of its HTTP address, as standbys named them. */
+  const leaders = new Map<string, string>();
   const addrOf = (url: string) => {
     const u = new URL(url);
-    return u.origin === origin || !port ? addr : `${u.hostname}:${port}`;
+    if (u.origin === origin) return addr;
+    return leaders.get(u.origin) ?? (port ? `${u.hostname}:${port}` : addr);
   };
+  const howOf = (url: string) =>
+    leaders.has(new URL(url).origin) ? "its gRPC address" : "on --grpc's port";
   return {
     addrOf,
+    howOf,
     fetch: async (input, init) => {
       const to = addrOf(input instanceof Request ? input.url : String(input));
       let f = fetches.get(to);
@@ -107,7 +116,17 @@ function grpcTransport(server: string, addr: string): GrpcTransport {
         f = import("../lib/grpc/fetch.ts").then((m) => m.grpcFetch({ addr: to }));
         fetches.set(to, f);
       }
-      return await (await f)(input, init);
+      const res = await (await f)(input, init);
+      const http = res.headers.get("x-orbit-leader");
+      const grpc = res.headers.get("x-orbit-leader-grpc");
+      if (http && grpc) {
+        try {
+          leaders.set(new URL(normalizeServer(http)).origin, grpc);
+        } catch {
+          // not a usable URL: OrbitHttp will not follow it either
+        }
+      }
+      return res;
     },
     close: () => {
       for (const f of fetches.values()) void f.then((g) => g.close());
@@ -134,7 +153,7 @@ export function context(opts: ClientOptions, grpc: GrpcTransport | null = null):
         grpc
           ? `note: ${grpc.addrOf(from)} is not the leader; repeating the request at ${
             grpc.addrOf(to)
-          } (the leader ${to}, on --grpc's port)`
+          } (the leader ${to}, ${grpc.howOf(to)})`
           : `note: ${from} is not the leader; repeating the request at ${to}`,
       ),
   });

@@ -54,10 +54,17 @@ export const LEASE_MS = 3000;
  */
 export const RETAKE_GRACE_MS = 2000;
 
+/** The leader as health and NOT_LEADER name it: `grpc_addr` only when there is one. */
+function leaderInfo(nodeId: string, addr: string | null, grpc: string | null): LeaderInfo {
+  return { node_id: nodeId, addr, ...(grpc ? { grpc_addr: grpc } : {}) };
+}
+
 export interface ElectorOptions {
   url: string;
   nodeId: string;
   advertiseAddr: string | null;
+  /** This server's gRPC address (`host:port`), recorded with its term; null: none. */
+  grpcAdvertiseAddr?: string | null;
   /** Recovery as the new leader of `term`; the elector serves when it resolves. */
   onElected: (term: number) => Promise<void>;
   /** Called once when leadership is lost (after serving stopped). */
@@ -185,13 +192,15 @@ export class Elector {
         return;
       }
       await this.#setIdleTimeout(sql, false);
+      const grpc = this.opts.grpcAdvertiseAddr ?? null;
       const [t] = await sql.unsafe(BUMP_TERM, [
         this.opts.nodeId,
         this.opts.advertiseAddr,
         this.now(),
+        grpc,
       ]);
       this.#term = t!.term as number;
-      this.#leader = { node_id: this.opts.nodeId, addr: this.opts.advertiseAddr };
+      this.#leader = leaderInfo(this.opts.nodeId, this.opts.advertiseAddr, grpc);
     } catch (e) {
       if (locked) await this.#closeSession(); // release a lock we may hold
       if (!this.#stopped) {
@@ -237,7 +246,11 @@ export class Elector {
     if (!c) return;
     this.#term = c.term as number;
     this.#leader = c.leader_node
-      ? { node_id: c.leader_node as string, addr: (c.leader_addr as string | null) ?? null }
+      ? leaderInfo(
+        c.leader_node as string,
+        (c.leader_addr as string | null) ?? null,
+        (c.leader_grpc_addr as string | null) ?? null,
+      )
       : null;
     const key = `${c.term}/${c.leader_node}`;
     if (this.#leader && key !== this.#followed) {

@@ -14,7 +14,7 @@
  */
 import type { Hono } from "hono";
 import { Elector } from "./standby.ts";
-import type { ClusterView, LeaderInfo } from "../lib/cluster_view.ts";
+import type { AdvertisedAddrs, ClusterView, LeaderInfo } from "../lib/cluster_view.ts";
 import type { Runtime } from "../lib/runtime.ts";
 import type { Store } from "../lib/store/store.ts";
 import { log } from "../lib/log.ts";
@@ -35,7 +35,7 @@ export class StandbyNode implements ClusterView {
   #elector: Elector | null = null;
   #standby: { rt: Runtime; app: Hono } | null = null;
   #leading: { rt: Runtime; app: Hono; store: Store } | null = null;
-  #advertise: string | null = null;
+  #advertise: AdvertisedAddrs = { http: null, grpc: null };
 
   constructor(readonly opts: StandbyNodeOptions) {}
 
@@ -70,13 +70,17 @@ export class StandbyNode implements ClusterView {
   readonly fetch = (req: Request, info: Deno.ServeHandlerInfo): Response | Promise<Response> =>
     (this.#leading ?? this.#standby!).app.fetch(req, info);
 
-  /** Joins the election (after the listener is bound and the advertised address is known). */
-  start(advertiseAddr: string | null): void {
-    this.#advertise = advertiseAddr;
+  /**
+   * Joins the election (after the listeners are bound and the advertised addresses, HTTP and
+   * gRPC, are known: an elected server records both for the standbys to hand out).
+   */
+  start(advertise: AdvertisedAddrs | null): void {
+    this.#advertise = advertise ?? { http: null, grpc: null };
     this.#elector = new Elector({
       url: this.opts.url,
       nodeId: this.opts.nodeId,
-      advertiseAddr,
+      advertiseAddr: this.#advertise.http,
+      grpcAdvertiseAddr: this.#advertise.grpc,
       onElected: (term) => this.#lead(term),
       onLost: () => this.#stepDown(),
       ...(this.opts.now ? { now: this.opts.now } : {}),
@@ -121,6 +125,9 @@ export class StandbyNode implements ClusterView {
   }
 
   get advertiseAddr(): string | null {
-    return this.#advertise;
+    return this.#advertise.http;
+  }
+  get grpcAdvertiseAddr(): string | null {
+    return this.#advertise.grpc;
   }
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { Elector } from "./standby.ts";
+import { ELECTION_LOCK_KEY } from "../sql/postgres/cluster.ts";
 import { sharedPostgres } from "../tests/support/pg.ts";
 import { openPostgresStore } from "../lib/store/postgres.ts";
 import { waitFor } from "../tests/support/server.ts";
@@ -13,11 +14,12 @@ async function freshDb(): Promise<string> {
   return url;
 }
 
-function elector(url: string, nodeId: string, events: string[]) {
+function elector(url: string, nodeId: string, events: string[], grpc: string | null = null) {
   return new Elector({
     url,
     nodeId,
     advertiseAddr: `http://${nodeId}.test:7233`,
+    grpcAdvertiseAddr: grpc,
     onElected: (term) => {
       events.push(`${nodeId} elected ${term}`);
       return Promise.resolve();
@@ -99,6 +101,66 @@ Deno.test({
     } finally {
       await a.stop();
       await b.stop();
+      await admin.end();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "Elector: the leader's gRPC address is recorded with its term; a term bumped without one (a leader of an earlier version) names none",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const url = await freshDb();
+    const events: string[] = [];
+    const a = elector(url, "a", events, "a.test:7234");
+    const b = elector(url, "b", events, "b.test:7300");
+    const c = elector(url, "c", events, "c.test:7301");
+    const admin = postgres(url, { max: 1, onnotice: () => {} });
+    try {
+      a.start();
+      await waitFor(() => a.serving(), "a to lead");
+      assert.deepEqual(a.leader, {
+        node_id: "a",
+        addr: "http://a.test:7233",
+        grpc_addr: "a.test:7234",
+      });
+      b.start();
+      await waitFor(() => b.leader?.node_id === "a", "b to follow a");
+      assert.deepEqual(b.leader, a.leader);
+      await b.stop();
+
+      // a leaves; a server of a version before migration 10 takes the lock and bumps the term
+      // its way (sql/postgres/cluster.ts before it): leader_grpc_addr still holds a's.
+      await a.stop();
+      await admin`SELECT pg_advisory_lock(${ELECTION_LOCK_KEY}::bigint)`;
+      await admin`UPDATE orbit_cluster SET term = term + 1, leader_node = 'old',
+        leader_addr = 'http://old.test:7233', since_ms = 0 WHERE id = 1`;
+      const [row] = await admin`SELECT term, leader_grpc_addr, leader_grpc_term FROM orbit_cluster`;
+      assert.deepEqual([Number(row!.term), row!.leader_grpc_addr, Number(row!.leader_grpc_term)], [
+        2,
+        "a.test:7234",
+        1,
+      ]);
+      c.start();
+      await waitFor(() => c.leader?.node_id === "old", "c to follow the old leader");
+      assert.deepEqual(c.leader, { node_id: "old", addr: "http://old.test:7233" });
+      assert.equal(c.term, 2);
+
+      // The old leader goes: c is elected and records its own.
+      await admin`SELECT pg_advisory_unlock(${ELECTION_LOCK_KEY}::bigint)`;
+      await waitFor(() => c.serving(), "c to lead", 20_000);
+      const [now] = await admin`SELECT term, leader_grpc_addr, leader_grpc_term FROM orbit_cluster`;
+      assert.deepEqual([Number(now!.term), now!.leader_grpc_addr, Number(now!.leader_grpc_term)], [
+        3,
+        "c.test:7301",
+        3,
+      ]);
+    } finally {
+      await a.stop();
+      await b.stop();
+      await c.stop();
       await admin.end();
     }
   },

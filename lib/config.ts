@@ -14,6 +14,12 @@ export interface ServerConfig {
   port: number;
   /** `--grpc-addr`: where the gRPC binding listens (lib/grpc/server.ts); null: no gRPC. */
   grpcAddr: { hostname: string; port: number } | null;
+  /**
+   * `--grpc-advertise-addr`: the `host:port` gRPC clients dial for this server, recorded with the
+   * cluster (standbys name it in `orbit-leader`); null: derived from `--grpc-addr` once it listens
+   * (advertisedGrpcAddr).
+   */
+  grpcAdvertiseAddr: string | null;
   token: string | null;
   workersFile: string | null;
   tlsCert: string | null;
@@ -61,10 +67,21 @@ const number = (flag: string, min: number) =>
     return n;
   });
 
+/** `host:port` a client can dial: a host name, an IPv4 address or `[v6]`, and a port 1–65535. */
+function dialable(v: string): boolean {
+  const m = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?):(\d{1,5})$/
+    .exec(v);
+  return m !== null && Number(m[1]) >= 1 && Number(m[1]) <= 65535;
+}
+
 const raw = z.object({
   db: z.string().min(1, "--db must not be empty"),
   addr: z.string(),
   grpcAddr: z.string().optional(),
+  grpcAdvertiseAddr: z.string().refine(dialable, {
+    error: (issue) =>
+      `--grpc-advertise-addr must be host:port such as orbit-0.orbit.internal:7234 (the address gRPC clients dial: no scheme, a port from 1 to 65535), got "${issue.input}"`,
+  }).optional(),
   token: z.string().optional(),
   workersFile: z.string().optional(),
   tlsCert: z.string().optional(),
@@ -94,6 +111,29 @@ const raw = z.object({
   nodeTimeout: number("--node-timeout", 2),
   expressionTimeoutMs: number("--expression-timeout-ms", 1).optional(),
 });
+
+/** A wildcard listen address: it names no host a client could reach. */
+function wildcard(hostname: string): boolean {
+  return ["0.0.0.0", "::", "[::]"].includes(hostname);
+}
+
+/**
+ * `--advertise-addr`'s default: `http(s)://<host:port>` of where HTTP listens, none for a wildcard
+ * address.
+ */
+export function advertisedAddr(hostname: string, port: number, tls: boolean): string | null {
+  const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+  return wildcard(hostname) ? null : `${tls ? "https" : "http"}://${host}:${port}`;
+}
+
+/**
+ * `--grpc-advertise-addr`'s default: `<host:port>` of where gRPC listens (`--grpc-addr`, its
+ * port once bound), none for a wildcard address.
+ */
+export function advertisedGrpcAddr(hostname: string, port: number): string | null {
+  const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+  return wildcard(hostname) ? null : `${host}:${port}`;
+}
 
 /** Splits `host:port` (`[v6]:port` too); a bare `:port` listens on 127.0.0.1. */
 export function parseAddr(addr: string, flag = "--addr"): { hostname: string; port: number } {
@@ -129,9 +169,18 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
     );
   }
   for (
-    const [flag, v] of [["--node-id", o.nodeId], ["--advertise-addr", o.advertiseAddr]] as const
+    const [flag, v] of [
+      ["--node-id", o.nodeId],
+      ["--advertise-addr", o.advertiseAddr],
+      ["--grpc-advertise-addr", o.grpcAdvertiseAddr],
+    ] as const
   ) {
     if (v !== undefined && !cluster) throw new ConfigError(`${flag} requires --cluster`);
+  }
+  if (o.grpcAdvertiseAddr !== undefined && !o.grpcAddr) {
+    throw new ConfigError(
+      "--grpc-advertise-addr requires --grpc-addr (it is where this server's gRPC binding is reached)",
+    );
   }
   if ((o.tlsCert === undefined) !== (o.tlsKey === undefined)) {
     throw new ConfigError("--tls-cert and --tls-key must be given together");
@@ -172,6 +221,7 @@ export function parseServerConfig(input: Record<string, unknown>): ServerConfig 
     hostname,
     port,
     grpcAddr: o.grpcAddr ? parseAddr(o.grpcAddr, "--grpc-addr") : null,
+    grpcAdvertiseAddr: o.grpcAdvertiseAddr ?? null,
     token: o.token && o.token !== "" ? o.token : null,
     workersFile: o.workersFile ?? null,
     tlsCert: o.tlsCert ?? null,

@@ -1,6 +1,7 @@
 /**
  * Shared mode over gRPC (reference page, "Shared mode"): every server serves gRPC; an execution
- * started over gRPC on one is run by a gRPC worker registered on the other, as over HTTP.
+ * started over gRPC on one is run by a gRPC worker registered on the other, as over HTTP; the
+ * health's nodes list names each server's gRPC address.
  */
 import assert from "node:assert/strict";
 import { sharedPostgres } from "./support/pg.ts";
@@ -72,6 +73,15 @@ Deno.test({
         return e.status === "completed" ? e : null;
       }, "sh-1 completed");
       assert.equal(done.output, 13);
+
+      // /v1/health's nodes name each server's gRPC address (orbit_nodes.grpc_addr).
+      const health = asHttp(await ga.call("System", "Health", {})).body as {
+        nodes: Array<{ node_id: string; addr: string; grpc_addr?: string }>;
+      };
+      assert.deepEqual(
+        health.nodes.map((n) => [n.node_id, n.addr, n.grpc_addr]),
+        [["node-1", a.url, addrA], ["node-2", b.url, addrB]],
+      );
     } finally {
       for (const c of clients) c.close();
       for (const s of started) assert.equal((await s.kill()).code, 0, s.logs.join("\n"));

@@ -1,12 +1,14 @@
 /**
  * The reference page's sentence, end to end on PostgreSQL: "On the gRPC binding, a standby fails
  * every call with UNAVAILABLE and orbit-error-code: NOT_LEADER." Two servers in standby mode
- * with `--grpc-addr`; then the leader is SIGKILLed and a gRPC worker finishes the execution on
- * the new leader.
+ * with `--grpc-addr` on different ports: the standby's NOT_LEADER names the leader's gRPC
+ * address in `orbit-leader` (recorded by the leader, by default its `--grpc-addr`) and its HTTP
+ * address in `orbit-leader-http`; HTTP's answer is unchanged. Then the leader is SIGKILLed and a
+ * gRPC worker finishes the execution on the new leader.
  */
 import assert from "node:assert/strict";
 import { sharedPostgres } from "./support/pg.ts";
-import { waitFor } from "./support/server.ts";
+import { api, waitFor } from "./support/server.ts";
 import { TASKS, WORKFLOW } from "./support/three_steps.ts";
 import { asHttp, grpcClient, type GrpcServerProcess, startGrpcServer } from "./grpc_support.ts";
 import type { GrpcClient } from "../lib/grpc/client.ts";
@@ -45,7 +47,8 @@ async function work(g: GrpcClient, session: { id: string | null }): Promise<numb
 
 Deno.test({
   ...T,
-  name: "grpc: a standby fails every call UNAVAILABLE with NOT_LEADER; after failover it serves",
+  name:
+    "grpc: a standby fails every call UNAVAILABLE with NOT_LEADER naming the leader's gRPC address; after failover it serves",
   fn: async () => {
     const db = await (await sharedPostgres()).createDatabase();
     const a = await node(db, "a");
@@ -55,6 +58,13 @@ Deno.test({
       await a.waitForLog(/cluster: leader is serving node_id=a term=1/);
       b = await node(db, "b");
       await b.waitForLog(/cluster: standby; following the leader term=1 leader="a"/);
+      // Each names the gRPC address it advertises (by default its --grpc-addr, as bound).
+      for (const s of [a, b]) {
+        const line = s.logs.find((l) => /ORBIT gRPC listening/.test(l)) ?? "";
+        assert.ok(line.endsWith(` tls=false advertise_addr="${s.grpcAddr}"`), line);
+      }
+      // Two gRPC ports: the leader's cannot be guessed from the standby's.
+      assert.notEqual(new URL(`http://${a.grpcAddr}`).port, new URL(`http://${b.grpcAddr}`).port);
       const ga = grpcClient(a.grpcAddr, { token: TOKEN });
       const gb = grpcClient(b.grpcAddr, { token: TOKEN });
       const anonymous = grpcClient(b.grpcAddr);
@@ -105,7 +115,8 @@ Deno.test({
         if (r.ok) continue;
         assert.equal(r.error.status, "UNAVAILABLE", what);
         assert.equal(r.error.orbitCode, "NOT_LEADER", what);
-        assert.equal(r.error.metadata["orbit-leader"], a.url, what);
+        assert.equal(r.error.metadata["orbit-leader"], a.grpcAddr, what);
+        assert.equal(r.error.metadata["orbit-leader-http"], a.url, what);
         assert.equal(r.error.metadata["retry-after"], "1", what);
         assert.deepEqual(r.error.body, {
           error: {
@@ -124,7 +135,37 @@ Deno.test({
       assert.deepEqual(polls.messages, []);
       assert.equal(polls.error?.status, "UNAVAILABLE");
       assert.equal(polls.error?.orbitCode, "NOT_LEADER");
-      assert.equal(polls.error?.metadata["orbit-leader"], a.url);
+      assert.equal(polls.error?.metadata["orbit-leader"], a.grpcAddr);
+      assert.equal(polls.error?.metadata["orbit-leader-http"], a.url);
+      assert.equal(history.error?.metadata["orbit-leader"], a.grpcAddr);
+      // A client can reach the leader at that address.
+      const follow = grpcClient(history.error!.metadata["orbit-leader"]!, { token: TOKEN });
+      clients.push(follow);
+      assert.equal(
+        (await follow.stream("Executions", "History", { execution_id: "g-1" })).error,
+        null,
+      );
+
+      // HTTP as before: x-orbit-leader is the HTTP address, the body has no gRPC address; the
+      // health's leader has both.
+      const refused = await fetch(`${b.url}/v1/workflows`, {
+        method: "POST",
+        body: JSON.stringify(WORKFLOW),
+      });
+      assert.equal(refused.status, 503);
+      assert.equal(refused.headers.get("x-orbit-leader"), a.url);
+      assert.deepEqual((await refused.json()).error, {
+        code: "NOT_LEADER",
+        message: `this server is a standby; the leader is \`a\` at ${a.url}`,
+        leader_node: "a",
+        leader_addr: a.url,
+      });
+      const health = await api(b.url, TOKEN).get("/v1/health");
+      assert.deepEqual((health.body as { leader: unknown }).leader, {
+        node_id: "a",
+        addr: a.url,
+        grpc_addr: a.grpcAddr,
+      });
       // grpc.health.v1: what a balancer checks. NOT_SERVING on the standby, SERVING on a.
       assert.deepEqual(await gb.call("grpc.health.v1.Health", "Check", { service: "" }), {
         ok: true,

@@ -7,6 +7,7 @@ import { OrbitError } from "../../lib/errors.ts";
 import { log } from "../../lib/log.ts";
 import { TimeoutError, withTimeout } from "../../lib/with_timeout.ts";
 import * as q from "../../sql/postgres/shared/mod.ts";
+import type { AdvertisedAddrs } from "../../lib/cluster_view.ts";
 import type { SharedContext } from "./context.ts";
 import { heartbeatStuckMs } from "./placement.ts";
 
@@ -22,6 +23,7 @@ const NODES_READ_WAIT_MS = 250;
 export interface NodeRow {
   node_id: string;
   addr: string | null;
+  grpc_addr: string | null;
   age_ms: number;
   owned: number;
 }
@@ -34,7 +36,7 @@ export interface MembershipHooks {
 }
 
 export class Membership {
-  #advertise: string | null = null;
+  #advertise: AdvertisedAddrs = { http: null, grpc: null };
   #lastBeat = 0;
   /**
    * When the latest heartbeat that was written had been sent: until a node timeout after it,
@@ -61,7 +63,7 @@ export class Membership {
   constructor(readonly ctx: SharedContext, readonly hooks: MembershipHooks) {}
 
   get advertiseAddr(): string | null {
-    return this.#advertise;
+    return this.#advertise.http;
   }
 
   /** Ready: resumed, and the heartbeat written within the node timeout. */
@@ -83,18 +85,19 @@ export class Membership {
   }
 
   /** Joins under the node id (waiting up to three node timeouts for a previous process). */
-  async join(advertiseAddr: string | null): Promise<void> {
+  async join(advertise: AdvertisedAddrs): Promise<void> {
     const c = this.ctx;
-    this.#advertise = advertiseAddr;
+    this.#advertise = advertise;
     const deadline = c.now() + 3 * c.opts.nodeTimeoutMs;
     let warned = false;
     for (;;) {
       const sent = c.now();
       const rows = await c.sql("hb")(q.NODE_JOIN, [
         c.nodeId,
-        this.#advertise,
+        this.#advertise.http,
         c.instance,
         c.opts.nodeTimeoutMs,
+        this.#advertise.grpc,
       ]);
       if (rows.length === 1) {
         this.#beatSent = sent; // the joining statement's send is its heartbeat's lower bound

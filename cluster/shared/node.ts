@@ -45,7 +45,7 @@
 import type { Hono } from "hono";
 import type { Command } from "../../lib/engine/decide.ts";
 import type { RemoteCommands } from "../../lib/executions/types.ts";
-import type { ClusterView } from "../../lib/cluster_view.ts";
+import type { AdvertisedAddrs, ClusterView } from "../../lib/cluster_view.ts";
 import { log } from "../../lib/log.ts";
 import type { Runtime } from "../../lib/runtime.ts";
 import { openStore } from "../../lib/store/open.ts";
@@ -140,6 +140,8 @@ export class SharedNode implements ClusterView, RemoteCommands {
         return {
           node_id: n.node_id,
           addr: n.addr,
+          // Present for a node that serves gRPC (recorded when it joined).
+          ...(n.grpc_addr ? { grpc_addr: n.grpc_addr } : {}),
           live: age < this.opts.nodeTimeoutMs,
           heartbeat_age_ms: age,
           owned_executions: n.node_id === this.opts.nodeId && mine !== undefined
@@ -260,10 +262,13 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.notifier.notify(list);
   }
 
-  /** Joins under the node id, resumes what it owns, and serves (after the listener is bound). */
-  async start(advertiseAddr: string | null): Promise<void> {
+  /**
+   * Joins under the node id with its advertised addresses (HTTP, gRPC; null: none), resumes what
+   * it owns, and serves (after the listeners are bound).
+   */
+  async start(advertise: AdvertisedAddrs | null): Promise<void> {
     const rt = this.ctx.rt!;
-    await this.membership.join(advertiseAddr);
+    await this.membership.join(advertise ?? { http: null, grpc: null });
     this.#beat = setInterval(() => this.membership.beat(), TICK_MS);
     this.#tick = setInterval(() => this.#onTick(), TICK_MS);
     await rt.start();

@@ -4,7 +4,9 @@
  * `options.fetch`; sdk/typescript/grpc_transport.ts) runs over gRPC unchanged. The route table is
  * the server's (lib/grpc/methods.ts), read backwards: a request becomes its RPC's message
  * (`x` members as `x_json` JSON text), the answer becomes the HTTP answer the route gives (the
- * Document's JSON, or the error body of `orbit-error-bin` with `orbit-http-status`). A call the
+ * Document's JSON, or the error body of `orbit-error-bin` with `orbit-http-status`; a standby's
+ * NOT_LEADER with HTTP's `x-orbit-leader` from `orbit-leader-http`, and the leader's gRPC address,
+ * `orbit-leader`, as `x-orbit-leader-grpc`, a header of this fetch only). A call the
  * binding cannot make fails as a network failure does (a TypeError), as do connection failures.
  */
 import { type GrpcCallError, grpcClient } from "./client.ts";
@@ -87,9 +89,12 @@ function errorAnswer(e: GrpcCallError): Response {
   if (!e.orbitCode || !Number.isInteger(status)) {
     throw new TypeError(`gRPC ${e.status}: ${e.details}`);
   }
-  // The headers HTTP sends with an error, from the metadata the binding sends them as.
+  // The headers HTTP sends with an error, from the metadata the binding sends them as; and the
+  // leader's gRPC address, which HTTP has no header for.
   const headers = new Headers({ "content-type": "application/json" });
-  if (e.metadata["orbit-leader"]) headers.set("x-orbit-leader", e.metadata["orbit-leader"]);
+  const md = e.metadata;
+  if (md["orbit-leader-http"]) headers.set("x-orbit-leader", md["orbit-leader-http"]);
+  if (md["orbit-leader"]) headers.set("x-orbit-leader-grpc", md["orbit-leader"]);
   if (e.metadata["retry-after"]) headers.set("retry-after", e.metadata["retry-after"]);
   return new Response(JSON.stringify(e.body), { status, headers });
 }

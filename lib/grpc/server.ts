@@ -9,8 +9,10 @@
  * workers file's rules apply as they are), JSON body checks and limit, engine calls and errors.
  * Errors become gRPC statuses with `orbit-error-code` metadata and the API's JSON error body in
  * the `orbit-error-bin` trailer. In standby mode a server that is not serving as the leader fails
- * every call UNAVAILABLE with `orbit-error-code: NOT_LEADER` and the leader's address in
- * `orbit-leader` (reference page, "Standby behavior"), reads included, as the page says.
+ * every call UNAVAILABLE with `orbit-error-code: NOT_LEADER` (reference page, "Standby
+ * behavior"), reads included, as the page says, naming the leader's addresses: its gRPC address
+ * (`--grpc-advertise-addr`, `host:port`) in `orbit-leader` when the leader recorded one, and its
+ * HTTP address (HTTP's `x-orbit-leader`) in `orbit-leader-http`.
  */
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -41,7 +43,7 @@ export type Handler = (req: Request, info: Deno.ServeHandlerInfo) => Response | 
 /** Standby mode's view of the election (routes/gate.ts's GateView). */
 export interface GrpcGate {
   serving(): boolean;
-  leader(): { node_id: string; addr: string | null } | null;
+  leader(): { node_id: string; addr: string | null; grpc_addr?: string } | null;
 }
 
 export interface GrpcOptions {
@@ -110,11 +112,16 @@ export function grpcStatus(status: number, code: string): grpc.status {
 
 type CallError = Partial<grpc.StatusObject> & { code: grpc.status };
 
-/** An error answer of the API (its status, JSON body text and headers) as a gRPC status. */
+/**
+ * An error answer of the API (its status, JSON body text and headers) as a gRPC status.
+ * `leaderGrpc`: for NOT_LEADER, the leader's gRPC address as this server knows it (null: none
+ * recorded), sent as `orbit-leader`; HTTP's `x-orbit-leader` goes as `orbit-leader-http`.
+ */
 function callError(
   status: number,
   text: string,
   headers: Headers | Record<string, string>,
+  leaderGrpc: () => string | null = () => null,
 ): CallError {
   let code = "HTTP_ERROR";
   let message = text;
@@ -131,14 +138,16 @@ function callError(
   md.set("orbit-error-bin", Buffer.from(text));
   const get = (k: string) => headers instanceof Headers ? headers.get(k) : (headers[k] ?? null);
   const leader = get("x-orbit-leader");
-  if (leader) md.set("orbit-leader", leader);
+  if (leader) md.set("orbit-leader-http", leader);
+  const grpcLeader = code === "NOT_LEADER" ? leaderGrpc() : null;
+  if (grpcLeader) md.set("orbit-leader", grpcLeader);
   const retry = get("retry-after");
   if (retry) md.set("retry-after", retry);
   return { code: grpcStatus(status, code), details: message, metadata: md };
 }
 
-function orbitError(e: OrbitError): CallError {
-  return callError(e.status, JSON.stringify(e.toBody()), e.headers);
+function orbitError(e: OrbitError, leaderGrpc?: () => string | null): CallError {
+  return callError(e.status, JSON.stringify(e.toBody()), e.headers, leaderGrpc);
 }
 
 interface CallLike {
@@ -162,8 +171,16 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
     "grpc.max_send_message_length": -1,
   });
 
-  const notLeader = (): CallError | null =>
-    opts.gate && !opts.gate.serving() ? orbitError(new NotLeaderError(opts.gate.leader())) : null;
+  /** The leader's gRPC address, as the election last read it (standby mode). */
+  const leaderGrpc = () => opts.gate?.leader()?.grpc_addr ?? null;
+  const notLeader = (): CallError | null => {
+    if (!opts.gate || opts.gate.serving()) return null;
+    const leader = opts.gate.leader();
+    return orbitError(new NotLeaderError(leader), () => leader?.grpc_addr ?? null);
+  };
+  /** The API's error answer as the call's status. */
+  const failed = (out: { status: number; text: string; headers: Headers }) =>
+    callError(out.status, out.text, out.headers, leaderGrpc);
 
   /** One HTTP request through the handler, with the call's credentials and cancellation. */
   async function dispatch(
@@ -241,7 +258,7 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
     if (out.status < 300 || m.ok?.includes(out.status)) {
       return { value: response(m.answer, out.status, out.text) };
     }
-    return { error: callError(out.status, out.text, out.headers) };
+    return { error: failed(out) };
   }
 
   // What frees the slots of PollStream calls: the results and heartbeats answered here.
@@ -294,7 +311,7 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
         const out = await dispatch(call, "GET", path, null);
         if (cancelled) return;
         if (out.status >= 300) {
-          return call.emit("error", callError(out.status, out.text, out.headers));
+          return call.emit("error", failed(out));
         }
         const page = JSON.parse(out.text) as {
           run_id: string;
@@ -325,7 +342,7 @@ export function startGrpcServer(opts: GrpcOptions): Promise<GrpcServer> {
       events: slots,
       refused: notLeader,
       dispatch: (c, path, body) => dispatch(c, "POST", path, body),
-      error: (out) => callError(out.status, out.text, out.headers),
+      error: failed,
     }).catch((e) => {
       log.server.error("gRPC call failed", { rpc: "Workers.PollStream", error: String(e) });
       call.emit("error", {

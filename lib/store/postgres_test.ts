@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { sharedPostgres } from "../../tests/support/pg.ts";
 import { isTransientPostgresError, openPostgresStore } from "./postgres.ts";
+import { READ_CLUSTER } from "../../sql/postgres/cluster.ts";
 import { FencedError, type Store } from "./store.ts";
 import { startFaultProxy } from "../../chaos/fault_proxy.ts";
 import { appendItem, createItem, runStoreConformance } from "./conformance/suite.ts";
@@ -239,6 +240,45 @@ Deno.test("postgres store: migration 9 leaves orbit_tasks with the unit, token, 
       ["r1/s/1/0", "claimed", "e1/u1"],
       ["r1/q/1/0", "queued", null],
     ]);
+  } finally {
+    await sql.end();
+    await store.close();
+  }
+});
+
+Deno.test("postgres store: migration 10 adds the gRPC address columns; rows from before it keep theirs and name no gRPC address", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const store = await openPostgresStore(url);
+  const sql = client(url);
+  try {
+    await store.migrate();
+    const columns = async (table: string) =>
+      (await sql`SELECT column_name FROM information_schema.columns WHERE table_name = ${table}
+                 ORDER BY column_name`).map((r) => r.column_name as string);
+    assert.ok((await columns("orbit_cluster")).includes("leader_grpc_addr"));
+    assert.ok((await columns("orbit_cluster")).includes("leader_grpc_term"));
+    assert.ok((await columns("orbit_nodes")).includes("grpc_addr"));
+
+    // A database at version 9, with a leader of record and a shared-mode node row.
+    await sql`ALTER TABLE orbit_cluster DROP COLUMN leader_grpc_addr, DROP COLUMN leader_grpc_term`;
+    await sql`ALTER TABLE orbit_nodes DROP COLUMN grpc_addr`;
+    await sql`DELETE FROM orbit_migrations WHERE version = 10`;
+    await sql`UPDATE orbit_cluster SET term = 7, leader_node = 'a', leader_addr = 'http://a:7233',
+      since_ms = 1 WHERE id = 1`;
+    await sql`INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance)
+      VALUES ('n1', 'http://n1:7233', 1, 1, 'i1')`;
+    await store.migrate();
+
+    const [leader] = await sql.unsafe(READ_CLUSTER);
+    assert.deepEqual({ ...leader }, {
+      term: "7",
+      leader_node: "a",
+      leader_addr: "http://a:7233",
+      since_ms: "1",
+      leader_grpc_addr: null,
+    });
+    const [node] = await sql`SELECT node_id, addr, grpc_addr FROM orbit_nodes`;
+    assert.deepEqual({ ...node }, { node_id: "n1", addr: "http://n1:7233", grpc_addr: null });
   } finally {
     await sql.end();
     await store.close();

@@ -11,9 +11,15 @@ export const ELECTION_LOCK_KEY = 0x4f52424954;
 export const TRY_LOCK =
   "SELECT pg_try_advisory_lock($1::bigint) AS locked, pg_backend_pid() AS pid";
 
-/** On election: the new term, with this server as the leader (waits for appends in progress). */
+/**
+ * On election: the new term, with this server as the leader (waits for appends in progress).
+ * The gRPC address ($4, null: none) is recorded with the term it was written at: a leader of a
+ * version before migration 10 bumps the term and leaves both columns as they were, and
+ * READ_CLUSTER then reads no gRPC address rather than its predecessor's.
+ */
 export const BUMP_TERM = `
-UPDATE orbit_cluster SET term = term + 1, leader_node = $1, leader_addr = $2, since_ms = $3
+UPDATE orbit_cluster SET term = term + 1, leader_node = $1, leader_addr = $2, since_ms = $3,
+  leader_grpc_addr = $4, leader_grpc_term = term + 1
 WHERE id = 1 RETURNING term`;
 
 /** The leadership check: same backend, lock still held, term unchanged. */
@@ -25,9 +31,14 @@ SELECT pg_backend_pid() AS pid,
                  AND classid = ($1::bigint >> 32)::int::oid AND objid = ($1::bigint & 4294967295)::oid
                  AND objsubid = 1) AS locked`;
 
-/** The current term and leader as recorded in `orbit_cluster`. */
-export const READ_CLUSTER =
-  "SELECT term, leader_node, leader_addr, since_ms FROM orbit_cluster WHERE id = 1";
+/**
+ * The current term and leader as recorded in `orbit_cluster`; the leader's gRPC address only
+ * when it was recorded at this term (BUMP_TERM).
+ */
+export const READ_CLUSTER = `
+SELECT term, leader_node, leader_addr, since_ms,
+  CASE WHEN leader_grpc_term = term THEN leader_grpc_addr END AS leader_grpc_addr
+FROM orbit_cluster WHERE id = 1`;
 
 /** PostgreSQL 14+: end a silent election session after 5 s (releasing the lock). */
 export const SET_IDLE_TIMEOUT = "SET idle_session_timeout = '5s'";

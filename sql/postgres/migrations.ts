@@ -269,4 +269,19 @@ DROP INDEX IF EXISTS orbit_tasks_execution_idx;
 ALTER TABLE orbit_tasks ALTER COLUMN token TYPE text COLLATE "C";
 `,
   },
+  {
+    version: 10,
+    name: "advertised gRPC addresses",
+    sql: `
+-- The leader's gRPC address (--grpc-advertise-addr, host:port), which a standby's gRPC binding
+-- names in NOT_LEADER's orbit-leader, and the term it was recorded at: a leader of an earlier
+-- version bumps the term without writing these, and its row must not name its predecessor's
+-- address (sql/postgres/cluster.ts READ_CLUSTER reads it only at the current term). NULL on the
+-- row until a leader of this version is elected.
+ALTER TABLE orbit_cluster ADD COLUMN leader_grpc_addr text, ADD COLUMN leader_grpc_term bigint;
+
+-- Shared mode: each node's gRPC address, written when it joins, shown in /v1/health's nodes.
+ALTER TABLE orbit_nodes ADD COLUMN grpc_addr text;
+`,
+  },
 ];

@@ -8,13 +8,14 @@ import { DB_NOW } from "./common.ts";
  * of the id heartbeated within the node timeout (a clash: no row comes back). A row left by a
  * graceful leave (heartbeat 0) or a dead process is taken; its owned count is then unknown
  * (LIST_NODES counts the rows) until this process's first heartbeat writes it. Params: $1
- * node_id, $2 addr, $3 instance, $4 node timeout ms.
+ * node_id, $2 addr, $3 instance, $4 node timeout ms, $5 gRPC addr.
  */
 export const NODE_JOIN = `
-INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance)
-VALUES ($1, $2, ${DB_NOW}, ${DB_NOW}, $3)
+INSERT INTO orbit_nodes (node_id, addr, heartbeat_ms, started_ms, instance, grpc_addr)
+VALUES ($1, $2, ${DB_NOW}, ${DB_NOW}, $3, $5)
 ON CONFLICT (node_id) DO UPDATE SET addr = excluded.addr, heartbeat_ms = excluded.heartbeat_ms,
-  started_ms = excluded.started_ms, instance = excluded.instance, owned = NULL
+  started_ms = excluded.started_ms, instance = excluded.instance, owned = NULL,
+  grpc_addr = excluded.grpc_addr
 WHERE orbit_nodes.instance IS NOT DISTINCT FROM excluded.instance
    OR orbit_nodes.heartbeat_ms < ${DB_NOW} - $4::bigint
 RETURNING heartbeat_ms`;
@@ -42,7 +43,7 @@ UPDATE orbit_nodes SET heartbeat_ms = 0 WHERE node_id = $1 AND instance = $2`;
  * `/v1/health` (3.7 ms a call with 20,000 executions owned). Params: $1 node timeout ms.
  */
 export const LIST_NODES = `
-SELECT n.node_id, n.addr, n.heartbeat_ms, ${DB_NOW} - n.heartbeat_ms AS age_ms,
+SELECT n.node_id, n.addr, n.grpc_addr, n.heartbeat_ms, ${DB_NOW} - n.heartbeat_ms AS age_ms,
   CASE WHEN n.owned IS NOT NULL AND ${DB_NOW} - n.heartbeat_ms < $1::bigint THEN n.owned
     ELSE (SELECT count(*) FROM orbit_owners o WHERE o.node_id = n.node_id) END AS owned
 FROM orbit_nodes n ORDER BY n.node_id`;
