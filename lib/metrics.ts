@@ -128,10 +128,6 @@ export class Metrics {
     "orbit_notifications_received_total",
     "Shared mode: notifications this node's listener received for it, by channel.",
   );
-  readonly notificationsSkipped = new Counter(
-    "orbit_notifications_skipped_total",
-    "Shared mode: notifications not sent because this node's own polls took what they announced.",
-  );
   readonly schedulesFired = new Counter(
     "orbit_schedules_fired_total",
     "Schedule occurrences started.",
@@ -169,7 +165,6 @@ export class Metrics {
       this.taskClaims,
       this.notificationsSent,
       this.notificationsReceived,
-      this.notificationsSkipped,
       this.schedulesFired,
       this.httpRequests,
       this.pollLatency,

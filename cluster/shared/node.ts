@@ -70,7 +70,6 @@ export class SharedNode implements ClusterView, RemoteCommands {
   readonly inbox: Inbox;
   readonly forwarder: Forwarder;
   #app: Hono | null = null;
-  #announcing = false;
   #ticking = false;
   #ticks = 0;
   #tick: ReturnType<typeof setInterval> | undefined;
@@ -183,8 +182,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
       applicationName: `orbit-store:${id}`,
       settings: q.SHARED_CONNECTION_SETTINGS, // kept plans stay on their indexes; no JIT
       afterCommit: ({ queued, closed }) => {
-        this.notifier.notify(closed.map((payload) => ({ channel: "orbit_done", payload })));
-        if (queued > 0) this.#announceTasks();
+        const n = closed.map((payload) => ({ channel: "orbit_done", payload }));
+        // The payload names the node: its own listener knows these rows are in its memory.
+        if (queued > 0) n.push({ channel: "orbit_tasks", payload: id });
+        this.notifier.notify(n);
+        // Local waiters and polls need no round trip through the database.
+        if (queued > 0) ctx.workers?.wake();
         for (const execId of closed) this.notifier.wakeDone(execId);
       },
     });
@@ -231,30 +234,6 @@ export class SharedNode implements ClusterView, RemoteCommands {
         this.forwarder.onReply(text);
       },
     });
-  }
-
-  /**
-   * Rows were queued by a commit here: once its states are installed (a timer after the
-   * commit's continuations), the polls waiting here have taken what they serve from this
-   * node's queue (the dispatcher hands queued tasks out as they are installed). Only when
-   * something is left do the other servers hear NOTIFY orbit_tasks, whose polls would otherwise
-   * each run a claim statement for rows already taken (issue 39). The payload names the node:
-   * its own listener knows these rows are in its memory. A row handed out here whose dispatch
-   * then fails goes back on this queue; the other servers find it by their one-second re-check.
-   */
-  #announceTasks(): void {
-    if (this.#announcing) return;
-    this.#announcing = true;
-    setTimeout(() => {
-      this.#announcing = false;
-      const workers = this.ctx.workers;
-      if (workers && !workers.queuedHere()) {
-        this.ctx.rt?.metrics.notificationsSkipped.inc({ channel: "orbit_tasks" });
-        return;
-      }
-      this.notifier.notify([{ channel: "orbit_tasks", payload: this.opts.nodeId }]);
-      workers?.wake();
-    }, 0);
   }
 
   /** Sends notifications after a write (never inside it): see Notifier. */

@@ -276,11 +276,6 @@ export class Dispatcher implements WorkerService {
     for (const line of this.#lines.values()) line[0]!.look();
   }
 
-  /** Whether a task waits in this server's queue (taken by no poll here yet). */
-  queuedHere(): boolean {
-    return this.#queue.any();
-  }
-
   /**
    * A new execution's first task for a poll waiting here, dispatched in the start's commit
    * (the same as a result's eager dispatch; in shared mode its row is written claimed): the

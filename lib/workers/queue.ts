@@ -33,8 +33,6 @@ export interface TaskQueue {
   requeue(items: readonly QueuedTask[]): void;
   /** How many steps of a task and contract wait in the queue. */
   depth(task: string, contract: string): number;
-  /** Whether any step waits in the queue. */
-  any(): boolean;
 }
 
 const queuedId = (q: QueuedTask) => `${q.execution_id}\u0000${q.step}\u0000${q.attempt}`;
@@ -120,18 +118,6 @@ export class MemoryTaskQueue implements TaskQueue {
       if (keep.length === 0) this.#queue.delete(k);
       else this.#queue.set(k, keep);
     }
-  }
-
-  any(): boolean {
-    for (const [k, list] of this.#queue) {
-      // Entries no longer queued are dropped as they are met, as `take` does.
-      while (list.length > 0 && !this.#current(list[0]!)) {
-        this.#queued.delete(queuedId(list.shift()!));
-      }
-      if (list.length > 0) return true;
-      this.#queue.delete(k);
-    }
-    return false;
   }
 
   depth(task: string, contract: string): number {
