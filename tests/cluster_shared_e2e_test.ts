@@ -225,7 +225,11 @@ Deno.test({
   name: "SharedCluster.test_a_kill_a_node_with_two_charges_in_flight",
   fn: () =>
     withCluster(async (c) => {
-      const worker = c.startWorker({ ORDER_CHARGE_DELAY_MS: String(CHARGE_MS) });
+      // Charges that end after the takeover (the 3 s node timeout after the kill) and before
+      // the taken-over attempts' redelivery (a 3 s session timeout after it): with 3 s ones a
+      // loaded machine let a result reach the new owner first, which then loaded that
+      // execution for the result, not in the takeover this test counts.
+      const worker = c.startWorker({ ORDER_CHARGE_DELAY_MS: String(1.5 * CHARGE_MS) });
       await deployOrders(c);
       const victim = c.node("node-2");
       const survivors = c.others(victim);
