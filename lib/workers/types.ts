@@ -2,8 +2,7 @@
  * The contracts of the worker dispatcher (./dispatcher.ts): what the routes use of a worker
  * service, and the parts a dispatcher is composed of in each mode.
  */
-import type { ErrorInfo, HistoryEvent } from "../engine/events.ts";
-import type { ExecutionState } from "../engine/state.ts";
+import type { ErrorInfo } from "../engine/events.ts";
 import type { ExecutionObserver } from "../executions/types.ts";
 import type { Session, SessionRegistration, TaskPayload } from "./sessions.ts";
 import type { TaskQueue } from "./queue.ts";
@@ -31,7 +30,7 @@ export type SessionView =
  * `orbit_sessions`, cached here (SharedSessions). The store also watches the attempts its
  * sessions hold and hands the ones whose worker went silent to `lost` (see start).
  */
-export interface SessionStore {
+export interface SessionStore extends Pick<ExecutionObserver, "installed" | "dropped"> {
   /** The sessions known here (all of them on one server; those served here in shared mode). */
   readonly sessions: ReadonlyMap<string, Session>;
   register(r: SessionRegistration): string | Promise<string>;
@@ -45,14 +44,6 @@ export interface SessionStore {
   remove(s: Session): string[] | Promise<string[]>;
   /** `/v1/workers`. */
   list(): unknown[] | Promise<unknown[]>;
-  /** The token bookkeeping of a committed change. */
-  installed(
-    prev: ExecutionState | null,
-    next: ExecutionState,
-    events: readonly HistoryEvent[],
-  ): void;
-  /** The execution left this server's memory (shared mode: another node took it). */
-  dropped?(last: ExecutionState): void;
   /** Starts the store's checks; an attempt whose worker went silent goes to `lost`. */
   start(lost: (token: string, reason: string) => void): void;
   stop(): void;
