@@ -13,6 +13,8 @@ import { REQUEUE_TASK, TOUCH_SESSIONS } from "../sql/postgres/shared/mod.ts";
 import { Driver, task, workflow } from "../lib/engine/testing.ts";
 import { waitFor } from "../tests/support/server.ts";
 import { OWN_TASK_HEAD_START_MS } from "../lib/executions/shared_changes.ts";
+import { FOREIGN_TASK_DELAY_MS } from "./shared/claims.ts";
+import { tasksAnnounced, tasksPayload } from "./shared/notify.ts";
 
 /** A SharedWorkers on `nodeId` over `sql`, with the engine faked by `executions`. */
 function sharedWorkers(executions: Executions, sql: SharedWorkersOptions["sql"], nodeId: string) {
@@ -325,6 +327,59 @@ Deno.test({
     } finally {
       await t.close();
     }
+  },
+});
+
+Deno.test({
+  name: "claim: rows another node queued for its own polling workers are looked for here " +
+    "FOREIGN_TASK_DELAY_MS later; rows announced open at once",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    const t = await claimSetup();
+    try {
+      const s = await t.session();
+      // An empty claim: the session's next claim waits for news of rows owned elsewhere.
+      assert.deepEqual(await t.workers.poll(s, 1, 0), []);
+
+      // Open (put back, or queued by a node no worker polls): the waiting poll claims at once.
+      const open = t.workers.poll(s, 1, 5_000);
+      await t.queue("b-open", B, Date.now());
+      let at = performance.now();
+      t.workers.wakeRemote();
+      assert.deepEqual((await open).map((x) => x.execution_id), ["b-open"]);
+      const openMs = performance.now() - at;
+      assert.ok(openMs < FOREIGN_TASK_DELAY_MS, `claimed after ${openMs} ms`);
+      assert.deepEqual(await t.workers.poll(s, 1, 0), []);
+
+      // Served (B's own workers poll B and take it as their slots free): left to B a while,
+      // however many announcements come meanwhile; then claimed and forwarded as usual.
+      const served = t.workers.poll(s, 1, 5_000);
+      await t.queue("b-served", B, Date.now());
+      at = performance.now();
+      for (let i = 0; i < 5; i++) t.workers.wakeForeign();
+      assert.deepEqual((await served).map((x) => x.execution_id), ["b-served"]);
+      const servedMs = performance.now() - at;
+      assert.ok(servedMs >= FOREIGN_TASK_DELAY_MS - 1, `claimed after ${servedMs} ms`);
+      assert.deepEqual((await t.inbox()).map((e) => [e.node_id, e.execution_id, e.kind]), [
+        [B, "b-open", "dispatched"],
+        [B, "b-served", "dispatched"],
+      ]);
+    } finally {
+      await t.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "orbit_tasks payloads: own, served by the owner's workers, open",
+  fn: () => {
+    assert.equal(tasksAnnounced(tasksPayload(A, true), A), "own");
+    assert.equal(tasksAnnounced(tasksPayload(A, false), A), "own");
+    assert.equal(tasksAnnounced(tasksPayload(B, true), A), "served");
+    assert.equal(tasksAnnounced(tasksPayload(B, false), A), "open");
+    assert.equal(tasksAnnounced("", A), "open", "rows put back");
+    assert.equal(tasksAnnounced(B, A), "served", "a server of an earlier version names itself");
   },
 });
 

@@ -18,6 +18,15 @@ import type { WorkersContext } from "./sessions.ts";
  */
 export const POLL_RECHECK_MS = 1000;
 /**
+ * How long a node leaves the rows another node queued to that node's own polling workers before
+ * its polls claim them (SharedWorkers.wakeForeign). A few worker round trips on a loaded host
+ * (the bench's worker cycle: p50 12–25 ms, p99 100–150 ms): the owner's slots free and take
+ * them in memory; under a real backlog, or for tasks the owner's workers do not serve, the
+ * other nodes' polls claim them this much later (their one-second re-check aside).
+ */
+export const FOREIGN_TASK_DELAY_MS = 200;
+
+/**
  * A claim statement that failed on this side may still have committed (its answer lost with the
  * connection, or a statement the client gave up on that finished later): for this long after
  * the failure its rows are looked for every second and handed back.

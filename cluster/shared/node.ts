@@ -56,7 +56,7 @@ import { Connections, SharedContext, type SharedNodeOptions } from "./context.ts
 import { type Forwarded, Forwarder } from "./forward.ts";
 import { Inbox } from "./inbox.ts";
 import { Membership, TICK_MS } from "./membership.ts";
-import { listen, Notifier } from "./notify.ts";
+import { listen, Notifier, tasksPayload } from "./notify.ts";
 import { Ownership } from "./ownership.ts";
 import { SharedWorkers } from "./workers.ts";
 
@@ -183,8 +183,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
       settings: q.SHARED_CONNECTION_SETTINGS, // kept plans stay on their indexes; no JIT
       afterCommit: ({ queued, closed }) => {
         const n = closed.map((payload) => ({ channel: "orbit_done", payload }));
-        // The payload names the node: its own listener knows these rows are in its memory.
-        if (queued > 0) n.push({ channel: "orbit_tasks", payload: id });
+        // The payload names the node (its own listener knows these rows are in its memory) and
+        // tells the others whether workers poll it, i.e. whether to leave the rows to it a while.
+        if (queued > 0) {
+          const served = ctx.workers?.pollsHere(this.opts.sessionTimeoutMs) ?? false;
+          n.push({ channel: "orbit_tasks", payload: tasksPayload(id, served) });
+        }
         this.notifier.notify(n);
         // Local waiters and polls need no round trip through the database.
         if (queued > 0) ctx.workers?.wake();
@@ -215,9 +219,11 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.#app = this.opts.app(rt);
     const got = (channel: string) => rt.metrics.notificationsReceived.inc({ channel });
     await listen(conns.listen, id, {
-      tasks: (own) => {
+      tasks: (announced) => {
         got("orbit_tasks");
-        own ? ctx.workers?.wake() : ctx.workers?.wakeRemote();
+        if (announced === "own") ctx.workers?.wake();
+        else if (announced === "served") ctx.workers?.wakeForeign();
+        else ctx.workers?.wakeRemote();
       },
       tasksMissed: () => ctx.workers?.wakeRemote(),
       inbox: (entry) => {

@@ -106,10 +106,35 @@ export class Notifier {
   }
 }
 
+/**
+ * Who an `orbit_tasks` announcement is for:
+ * - `own`: this node queued the rows (its memory holds them, its commit woke its polls);
+ * - `served`: another node queued them, and workers poll that node: its own polls take them in
+ *   memory as their slots free (no claim statement; the result comes back to the owner, no
+ *   forward), so this node looks for them only after FOREIGN_TASK_DELAY_MS;
+ * - `open`: rows nobody is about to take: queued by a node no worker polls, or put back (a
+ *   release, a takeover): this node looks at once.
+ */
+export type TasksAnnounced = "own" | "served" | "open";
+
+/** The payload announcing rows `nodeId` queued; `served`: workers poll it (see TasksAnnounced). */
+export function tasksPayload(nodeId: string, served: boolean): string {
+  return served ? nodeId : `${nodeId} open`;
+}
+
+/**
+ * What an `orbit_tasks` payload (tasksPayload; "" for rows put back) tells node `me`. A server of
+ * an earlier version names itself alone: `served`, which costs its rows the delay at most.
+ */
+export function tasksAnnounced(payload: string, me: string): TasksAnnounced {
+  if (payload === me || payload === `${me} open`) return "own";
+  return payload === "" || payload.endsWith(" open") ? "open" : "served";
+}
+
 /** What a node does with each channel it listens on. */
 export interface Listeners {
-  /** Rows were queued or put back; `own`: by this node (its memory holds them). */
-  tasks(own: boolean): void;
+  /** Rows were queued or put back (see TasksAnnounced). */
+  tasks(announced: TasksAnnounced): void;
   /** Announcements may have been lost (the listener reconnected): polls look again. */
   tasksMissed(): void;
   /** This node's inbox has entries (`entry`: a result that came with its notification). */
@@ -126,7 +151,11 @@ export async function listen(sql: postgres.Sql, id: string, on: Listeners): Prom
   // Rows another node queued (or put back) may be claimed here; this node's own are in its
   // memory already (its commit woke the polls). (Re)connected: what was announced meanwhile
   // is lost, so polls look again.
-  await sql.listen("orbit_tasks", (payload) => on.tasks(payload === id), () => on.tasksMissed());
+  await sql.listen(
+    "orbit_tasks",
+    (payload) => on.tasks(tasksAnnounced(payload, id)),
+    () => on.tasksMissed(),
+  );
   await sql.listen("orbit_inbox", (payload) => {
     const sp = payload.indexOf(" ");
     if ((sp < 0 ? payload : payload.slice(0, sp)) !== id) return;

@@ -36,7 +36,7 @@ import {
 import * as q from "../../sql/postgres/shared/mod.ts";
 import { MemoryTaskQueue } from "../../lib/workers/queue.ts";
 import { AttemptWatch } from "./attempts.ts";
-import { Claims, POLL_RECHECK_MS } from "./claims.ts";
+import { Claims, FOREIGN_TASK_DELAY_MS, POLL_RECHECK_MS } from "./claims.ts";
 import { type EagerDispatch, eagerDispatch } from "./eager.ts";
 import { queryOn, SharedSessions, type SharedWorkersOptions } from "./sessions.ts";
 
@@ -123,6 +123,8 @@ export class SharedWorkers extends Dispatcher {
 
   override stop(): void {
     this.#claims.stopped = true;
+    if (this.#foreignTimer !== null) clearTimeout(this.#foreignTimer);
+    this.#foreignTimer = null;
     for (const t of this.#timers) clearInterval(t);
     this.#timers = [];
     super.stop();
@@ -132,6 +134,23 @@ export class SharedWorkers extends Dispatcher {
   wakeRemote(): void {
     this.#claims.remoteChanged();
     this.wake();
+  }
+
+  #foreignTimer: ReturnType<typeof setTimeout> | null = null;
+
+  /**
+   * Another node queued rows that its own workers' polls are about to take (TasksAnnounced
+   * `served`): this node's polls look for them after FOREIGN_TASK_DELAY_MS, one look for every
+   * announcement in that time. Taken here at once, each such task would cost a claim statement,
+   * a `dispatched` entry in the owner's inbox and the forward of its result, and keep this
+   * node's slot from its own next task (measured: docs/performance-log.md, 2026-12-07).
+   */
+  wakeForeign(): void {
+    if (this.#foreignTimer !== null) return;
+    this.#foreignTimer = setTimeout(() => {
+      this.#foreignTimer = null;
+      this.wakeRemote();
+    }, FOREIGN_TASK_DELAY_MS);
   }
 
   /**

@@ -111,6 +111,8 @@ export class Dispatcher implements WorkerService {
   /** The polls of each session in the order they came. */
   #lines = new Map<string, Spot[]>();
   #stopped = false;
+  /** When the latest poll came to this server (opts.now()); none yet: -Infinity. */
+  #lastPollMs = -Infinity;
 
   constructor(
     readonly executions: Executions,
@@ -123,6 +125,14 @@ export class Dispatcher implements WorkerService {
     this.#claims = parts.claims;
     this.#catchUp = parts.catchUp;
     executions.observer = this;
+  }
+
+  /**
+   * Workers poll this server: a poll waits here now, or one came within `withinMs`. (Shared
+   * mode tells the other servers so when it queues tasks: cluster/shared/notify.ts.)
+   */
+  pollsHere(withinMs: number): boolean {
+    return this.#waiting.size > 0 || this.opts.now() - this.#lastPollMs <= withinMs;
   }
 
   get sessions(): ReadonlyMap<string, Session> {
@@ -186,6 +196,7 @@ export class Dispatcher implements WorkerService {
     const started = performance.now();
     const end = this.opts.now() + pollWaitMs(waitMs, this.opts.sessionTimeoutMs);
     s.polling++;
+    this.#lastPollMs = this.opts.now();
     const me: Spot = { look: () => {} };
     let line = this.#lines.get(s.session_id);
     if (!line) this.#lines.set(s.session_id, line = []);
