@@ -123,3 +123,35 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  ...T,
+  name: "dispatcher: pollsHere tells whether a poll waits here or came within the window",
+  fn: async () => {
+    let now = 1_000_000;
+    const d = new Driver(workflow([task("a")]));
+    let dispatcher: Dispatcher | null = null;
+    const opts = { sessionTimeoutMs: 60_000, now: () => now, newId: d.newId };
+    dispatcher = new Dispatcher(engine(d, () => dispatcher), new Metrics(), opts, {
+      sessions: new WorkerSessions(opts),
+    });
+    const w = dispatcher;
+    const session = w.register({
+      worker_id: "w-1",
+      runtime: "typescript",
+      tasks: [{ name: "t.a", contract: "1" }],
+      concurrency: 1,
+    }) as string;
+    assert.equal(w.pollsHere(10_000), false, "no poll yet");
+    const stop = new AbortController();
+    const poll = w.poll(session, 1, 30_000, stop.signal);
+    await waitFor(() => w.sessions.get(session)?.polling === 1, "the poll waits");
+    now += 60_000;
+    assert.equal(w.pollsHere(10_000), true, "a poll waits here, however long ago it came");
+    stop.abort();
+    assert.deepEqual(await poll, []);
+    assert.equal(w.pollsHere(10_000), false, "none waits, and the last came 60 s ago");
+    assert.equal(w.pollsHere(60_000), true, "within a minute");
+    w.stop();
+  },
+});
