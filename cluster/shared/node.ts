@@ -182,7 +182,12 @@ export class SharedNode implements ClusterView, RemoteCommands {
       applicationName: `orbit-store:${id}`,
       settings: q.SHARED_CONNECTION_SETTINGS, // kept plans stay on their indexes; no JIT
       afterCommit: ({ queued, closed }) => {
-        const n = closed.map((payload) => ({ channel: "orbit_done", payload }));
+        // The end of an execution a client waits for on another server (orbit_wait); the
+        // clients waiting here are woken below.
+        const n = this.notifier.waitedElsewhere(closed).map((payload) => ({
+          channel: "orbit_done",
+          payload,
+        }));
         // The payload names the node (its own listener knows these rows are in its memory) and
         // tells the others whether workers poll it, i.e. whether to leave the rows to it a while.
         if (queued > 0) {
@@ -233,6 +238,10 @@ export class SharedNode implements ClusterView, RemoteCommands {
       done: (execId) => {
         got("orbit_done");
         this.notifier.wakeDone(execId);
+      },
+      wait: (execId) => {
+        got("orbit_wait");
+        this.notifier.waited(execId);
       },
       defs: (name) => name === null ? rt.definitions.forgetAll() : rt.definitions.forget(name),
       reply: (text) => {

@@ -1,7 +1,7 @@
 /**
  * Shared mode's notification bus: the outbox of NOTIFYs sent after the commits they announce,
- * the waiters for an execution's end, and the five channels a node listens on (orbit_tasks,
- * orbit_inbox, orbit_done, orbit_defs, orbit_reply).
+ * the waiters for an execution's end, and the six channels a node listens on (orbit_tasks,
+ * orbit_inbox, orbit_done, orbit_wait, orbit_defs, orbit_reply).
  */
 import { setImmediate } from "node:timers";
 import type postgres from "postgres";
@@ -12,6 +12,16 @@ import type { InboxEntry } from "./messages.ts";
 
 /** How long notifications nobody awaits on the request path wait for others to join them. */
 const NOTIFY_BATCH_MS = 5;
+/**
+ * A wait on a server that does not hold the execution announces itself (`NOTIFY orbit_wait`)
+ * when it begins and again this often while it lasts (its one-second re-reads ask again; a
+ * takeover's new owner hears of it within this time).
+ */
+export const WAIT_ANNOUNCE_MS = 5_000;
+/** How long a node remembers an announced wait: two announcements, and some. */
+export const WAIT_MEMORY_MS = 2 * WAIT_ANNOUNCE_MS + 1_000;
+/** Beyond this many remembered waits (either map), expired entries are dropped on the next one. */
+const WAIT_MAPS_PRUNE_AT = 10_000;
 
 export type Notification = { channel: string; payload: string };
 
@@ -22,6 +32,14 @@ export class Notifier {
   /** Ends the batching wait of notifications at once (an urgent one arrived). */
   #hurry: (() => void) | null = null;
   #done = new Map<string, Set<() => void>>();
+  /**
+   * Executions some server's clients wait for without holding them (orbit_wait, this node's own
+   * included), each until when it is remembered, oldest first: their end is announced to every
+   * server (`NOTIFY orbit_done`); the others' is not (waitedElsewhere).
+   */
+  #waited = new Map<string, number>();
+  /** When this node last announced a wait for each execution (announceWait). */
+  #announced = new Map<string, number>();
   /**
    * No other node heartbeated within the node timeout at the last heartbeat: `orbit_tasks` and
    * `orbit_done` would reach only this node's own listener, so they are delivered in memory and
@@ -37,15 +55,57 @@ export class Notifier {
     for (const w of [...(this.#done.get(execId) ?? [])]) w();
   }
 
-  /** Ownership.onDone: wakes `wake` when `execId` may have closed; answers an unsubscribe. */
+  /**
+   * Ownership.onDone: wakes `wake` when `execId` may have closed; answers an unsubscribe. The
+   * wait is announced to the servers (announceWait), so that its owner notifies its end.
+   */
   onDone(execId: string, wake: () => void): () => void {
     let set = this.#done.get(execId);
     if (!set) this.#done.set(execId, set = new Set());
     set.add(wake);
+    this.#announceWait(execId);
     return () => {
       set!.delete(wake);
       if (set!.size === 0) this.#done.delete(execId);
     };
+  }
+
+  /**
+   * `NOTIFY orbit_wait` for a wait here on an execution this node does not hold, at most every
+   * WAIT_ANNOUNCE_MS per execution. Alone, nobody else could end it: nothing is sent.
+   */
+  #announceWait(execId: string): void {
+    if (this.alone || !this.ctx.conns) return;
+    const now = this.ctx.now();
+    const last = this.#announced.get(execId);
+    if (last !== undefined && now - last < WAIT_ANNOUNCE_MS) return;
+    remember(this.#announced, execId, now, now - WAIT_ANNOUNCE_MS);
+    this.notify([{ channel: "orbit_wait", payload: execId }]);
+  }
+
+  /** A server announced a wait for `execId` (orbit_wait). */
+  waited(execId: string): void {
+    const now = this.ctx.now();
+    remember(this.#waited, execId, now + WAIT_MEMORY_MS, now);
+  }
+
+  /**
+   * Of the executions a commit of this node closed, those whose end is announced
+   * (`NOTIFY orbit_done`): the ones a server announced a wait for. A client waiting on this
+   * node, which holds the execution, is woken in memory (wakeDone); one that waits elsewhere
+   * announced itself, or finds the end by its one-second re-read (a wait that began in the few
+   * milliseconds before the end, before its announcement arrived; one of a server of an
+   * earlier version, which does not announce).
+   */
+  waitedElsewhere(closed: string[]): string[] {
+    if (this.#waited.size === 0) return [];
+    const now = this.ctx.now();
+    return closed.filter((id) => {
+      const until = this.#waited.get(id);
+      if (until === undefined) return false;
+      this.#waited.delete(id);
+      return until >= now;
+    });
   }
 
   /**
@@ -131,6 +191,20 @@ export function tasksAnnounced(payload: string, me: string): TasksAnnounced {
   return payload === "" || payload.endsWith(" open") ? "open" : "served";
 }
 
+/**
+ * Sets `key` to `value` in `map` as its newest entry; past WAIT_MAPS_PRUNE_AT entries, drops
+ * the oldest ones whose value is below `expired` (values grow with insertion).
+ */
+function remember(map: Map<string, number>, key: string, value: number, expired: number): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size <= WAIT_MAPS_PRUNE_AT) return;
+  for (const [k, v] of map) {
+    if (v >= expired) break;
+    map.delete(k);
+  }
+}
+
 /** What a node does with each channel it listens on. */
 export interface Listeners {
   /** Rows were queued or put back (see TasksAnnounced). */
@@ -140,6 +214,8 @@ export interface Listeners {
   /** This node's inbox has entries (`entry`: a result that came with its notification). */
   inbox(entry?: InboxEntry): void;
   done(execId: string): void;
+  /** A server's client waits for `execId` without that server holding it. */
+  wait(execId: string): void;
   /** A workflow deployed through another server (`null`: any, the listener reconnected). */
   defs(name: string | null): void;
   /** A reply to a forward of this node's (the text after the node id). */
@@ -167,6 +243,7 @@ export async function listen(sql: postgres.Sql, id: string, on: Listeners): Prom
     }
   });
   await sql.listen("orbit_done", (execId) => on.done(execId));
+  await sql.listen("orbit_wait", (execId) => on.wait(execId));
   // A deploy through another server clears that workflow's cached latest version; whenever
   // the listening connection is (re)established (postgres.js listens again after it breaks),
   // every cached latest version is dropped, since what was announced meanwhile is lost.
