@@ -2,7 +2,8 @@
  * A shared server with no other live node (its heartbeat answers how many others heartbeat
  * within the node timeout) does not send `orbit_done` and `orbit_tasks` notifications — only
  * its own listener would get them, and it wakes its waits and polls in memory — and sends them
- * again once another node heartbeats.
+ * again once another node heartbeats (`orbit_done` for an execution a client waits for on the
+ * other node, which announced the wait with `orbit_wait`).
  */
 import assert from "node:assert/strict";
 import postgres from "postgres";
@@ -17,8 +18,17 @@ const DONE_AT_ONCE = {
   steps: [{ id: "r", return: "{% $input %}" }],
 };
 
+const DONE_ON_SIGNAL = {
+  ir: "orbit-ir/2",
+  name: "DoneOnSignal",
+  version: "1.0.0",
+  signals: { go: {} },
+  steps: [{ id: "w", wait_signal: "go" }, { id: "r", return: "{% $input %}" }],
+};
+
 Deno.test({
-  name: "a lone shared server sends no orbit_done notifications; with a second node it does",
+  name: "a lone shared server sends no orbit_done notifications; with a second node it does, " +
+    "for a wait announced there",
   sanitizeOps: false,
   sanitizeResources: false,
   fn: async () => {
@@ -27,10 +37,14 @@ Deno.test({
     const sql = postgres(db, { max: 1, onnotice: () => {} });
     try {
       const heard: string[] = [];
+      const waits: string[] = [];
       await sql.listen("orbit_done", (payload) => void heard.push(payload));
+      await sql.listen("orbit_wait", (payload) => void waits.push(payload));
       const one = c.nodes[0]!;
-      const dep = await one.api().post("/v1/workflows", DONE_AT_ONCE);
-      assert.equal(dep.status, 201, JSON.stringify(dep.body));
+      for (const wf of [DONE_AT_ONCE, DONE_ON_SIGNAL]) {
+        const dep = await one.api().post("/v1/workflows", wf);
+        assert.equal(dep.status, 201, JSON.stringify(dep.body));
+      }
 
       // Two heartbeats after it became ready: it has read that no other node is live.
       const beat = async () =>
@@ -55,15 +69,26 @@ Deno.test({
       };
       for (let i = 0; i < 5; i++) await start(`alone-${i}`);
 
-      // A second node: once node-1 has seen its heartbeat, finished executions are announced
-      // again. Notifications arrive in the order their statements committed, so the first
-      // `together-*` one heard would come after any `alone-*` one that had been sent.
-      await c.addNode();
+      // A second node: once node-1 has seen its heartbeat, the end of an execution a client
+      // waits for on node-2 (which announces the wait) is announced again. Notifications arrive
+      // in the order their statements committed, so the first `together-*` one heard would come
+      // after any `alone-*` one that had been sent.
+      const two = await c.addNode();
       let k = 0;
       await waitFor(
         async () => {
           const id = `together-${k++}`;
-          await start(id);
+          const r = await one.api().post("/v1/executions", {
+            workflow: "DoneOnSignal",
+            execution_id: id,
+            input: id,
+          });
+          assert.equal(r.status, 201, JSON.stringify(r.body));
+          const waiting = two.api().get(`/v1/executions/${id}/wait?timeout_s=10`);
+          await waitFor(() => waits.includes(id), `node-2 to announce its wait for ${id}`, 10_000);
+          const sent = await one.api().post(`/v1/executions/${id}/signals/go`, { payload: 1 });
+          assert.equal(sent.status, 200, JSON.stringify(sent.body));
+          assert.equal((await waiting).body?.status, "completed");
           const until = Date.now() + 500;
           while (Date.now() < until && !heard.includes(id)) {
             await new Promise((r) => setTimeout(r, 20));
