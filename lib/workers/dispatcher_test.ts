@@ -31,10 +31,10 @@ function engine(d: Driver, dispatcher: () => Dispatcher | null): Executions {
   } as unknown as Executions;
 }
 
-function setup(claims?: TaskClaims) {
+function setup(claims?: TaskClaims, now: () => number = () => Date.now()) {
   const d = new Driver(workflow([task("a")]));
   let dispatcher: Dispatcher | null = null;
-  const opts = { sessionTimeoutMs: 60_000, now: () => Date.now(), newId: d.newId };
+  const opts = { sessionTimeoutMs: 60_000, now, newId: d.newId };
   dispatcher = new Dispatcher(engine(d, () => dispatcher), new Metrics(), opts, {
     sessions: new WorkerSessions(opts),
     ...(claims ? { claims } : {}),
@@ -129,19 +129,7 @@ Deno.test({
   name: "dispatcher: pollsHere tells whether a poll waits here or came within the window",
   fn: async () => {
     let now = 1_000_000;
-    const d = new Driver(workflow([task("a")]));
-    let dispatcher: Dispatcher | null = null;
-    const opts = { sessionTimeoutMs: 60_000, now: () => now, newId: d.newId };
-    dispatcher = new Dispatcher(engine(d, () => dispatcher), new Metrics(), opts, {
-      sessions: new WorkerSessions(opts),
-    });
-    const w = dispatcher;
-    const session = w.register({
-      worker_id: "w-1",
-      runtime: "typescript",
-      tasks: [{ name: "t.a", contract: "1" }],
-      concurrency: 1,
-    }) as string;
+    const { w, session } = setup(undefined, () => now);
     assert.equal(w.pollsHere(10_000), false, "no poll yet");
     const stop = new AbortController();
     const poll = w.poll(session, 1, 30_000, stop.signal);
