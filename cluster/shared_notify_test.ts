@@ -4,7 +4,7 @@
  * and an end is announced only for executions a server announced a wait for, while it remembers.
  */
 import assert from "node:assert/strict";
-import { Notifier, WAIT_ANNOUNCE_MS, WAIT_MEMORY_MS } from "./shared/notify.ts";
+import { Notifier, SERVED_ANNOUNCE_MS, WAIT_ANNOUNCE_MS, WAIT_MEMORY_MS } from "./shared/notify.ts";
 import type { SharedContext } from "./shared/context.ts";
 import { waitFor } from "../tests/support/server.ts";
 
@@ -67,4 +67,35 @@ Deno.test("notify: an end is announced for executions waited for elsewhere, whil
   n.waited("e-2");
   advance(WAIT_MEMORY_MS);
   assert.deepEqual(n.waitedElsewhere(["e-2"]), ["e-2"], "a re-announced wait is remembered anew");
+});
+
+Deno.test("notify: rows for this node's own workers are announced once per SERVED_ANNOUNCE_MS", async () => {
+  const { n, sent, advance } = fakeNotifier();
+  const tasks = () => sent.filter((x) => x.channel === "orbit_tasks");
+  n.announceServed("node-1");
+  await waitFor(() => tasks().length === 1, "the first announcement");
+  // Three more commits queue rows within the interval: one announcement at its end, for all.
+  const held = performance.now();
+  advance(10);
+  n.announceServed("node-1");
+  n.announceServed("node-1");
+  advance(10);
+  n.announceServed("node-1");
+  await waitFor(() => tasks().length === 2, "the held-back announcement");
+  assert.ok(
+    performance.now() - held >= SERVED_ANNOUNCE_MS - 20 - 5,
+    "sent when the interval ended, not before",
+  );
+  // Past the interval, the next one goes at once; open rows are never held back.
+  advance(SERVED_ANNOUNCE_MS);
+  n.announceServed("node-1");
+  n.notify([{ channel: "orbit_tasks", payload: "node-1 open" }]);
+  await waitFor(() => tasks().length === 4, "the next announcements");
+  assert.deepEqual(tasks().map((x) => x.payload), ["node-1", "node-1", "node-1", "node-1 open"]);
+  // A node that stops drops what it held back (the test's timer sanitizer checks none is left).
+  n.announceServed("node-1");
+  n.stop();
+  n.notify([{ channel: "orbit_tasks", payload: "" }]);
+  await waitFor(() => tasks().length === 5, "the put-back rows' announcement");
+  assert.equal(tasks()[4]!.payload, "", "the held-back announcement was dropped");
 });

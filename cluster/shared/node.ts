@@ -191,8 +191,9 @@ export class SharedNode implements ClusterView, RemoteCommands {
         // The payload names the node (its own listener knows these rows are in its memory) and
         // tells the others whether workers poll it, i.e. whether to leave the rows to it a while.
         if (queued > 0) {
-          const served = ctx.workers?.pollsHere(this.opts.sessionTimeoutMs) ?? false;
-          n.push({ channel: "orbit_tasks", payload: tasksPayload(id, served) });
+          if (ctx.workers?.pollsHere(this.opts.sessionTimeoutMs)) {
+            this.notifier.announceServed(tasksPayload(id, true));
+          } else n.push({ channel: "orbit_tasks", payload: tasksPayload(id, false) });
         }
         this.notifier.notify(n);
         // Local waiters and polls need no round trip through the database.
@@ -318,6 +319,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.ctx.stopped = true;
     clearInterval(this.#tick);
     clearInterval(this.#beat);
+    this.notifier.stop();
     this.#tick = undefined;
     const stopping = this.ctx.rt?.stop().catch(() => {});
     if (deadline === undefined) await stopping;
@@ -336,6 +338,7 @@ export class SharedNode implements ClusterView, RemoteCommands {
     this.ctx.stopped = true;
     clearInterval(this.#tick);
     clearInterval(this.#beat);
+    this.notifier.stop();
     await this.ctx.rt?.stop().catch(() => {});
     await this.ctx.conns?.end();
   }

@@ -20,6 +20,16 @@ const NOTIFY_BATCH_MS = 5;
 export const WAIT_ANNOUNCE_MS = 5_000;
 /** How long a node remembers an announced wait: two announcements, and some. */
 export const WAIT_MEMORY_MS = 2 * WAIT_ANNOUNCE_MS + 1_000;
+/**
+ * A node announces rows it queued for its own polling workers (`served`, see TasksAnnounced) at
+ * most this often; rows queued meanwhile are announced at the end of the interval, together.
+ * Such an announcement asks the other nodes to look only after FOREIGN_TASK_DELAY_MS (200 ms),
+ * so holding it back up to this long changes little for them, and it spares a statement per
+ * commit that queued rows: under load nearly every start queues its first task this way (the
+ * owner's slots are busy), about one NOTIFY statement for every two orders with three capped
+ * servers, each received and handled by every node (issue 39; docs/performance-log.md).
+ */
+export const SERVED_ANNOUNCE_MS = 100;
 /** Beyond this many remembered waits (either map), expired entries are dropped on the next one. */
 const WAIT_MAPS_PRUNE_AT = 10_000;
 
@@ -47,8 +57,38 @@ export class Notifier {
    * then its polls and waits find work by their one-second re-check.
    */
   alone = false;
+  /** When this node last sent a `served` announcement (announceServed). */
+  #servedAt = -Infinity;
+  /** A held-back `served` announcement, sent at the end of its interval. */
+  #servedTimer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(readonly ctx: SharedContext) {}
+
+  /**
+   * Announces rows this node queued for its own polling workers (`payload`: tasksPayload(id,
+   * true)), at most once per SERVED_ANNOUNCE_MS: one that comes sooner after the last is sent
+   * when that interval ends, once for however many came.
+   */
+  announceServed(payload: string): void {
+    const wait = this.#servedAt + SERVED_ANNOUNCE_MS - this.ctx.now();
+    if (wait <= 0) {
+      this.#servedAt = this.ctx.now();
+      this.notify([{ channel: "orbit_tasks", payload }]);
+      return;
+    }
+    if (this.#servedTimer !== null) return;
+    this.#servedTimer = setTimeout(() => {
+      this.#servedTimer = null;
+      this.#servedAt = this.ctx.now();
+      this.notify([{ channel: "orbit_tasks", payload }]);
+    }, wait);
+  }
+
+  /** Drops a held-back announcement (the node stops). */
+  stop(): void {
+    if (this.#servedTimer !== null) clearTimeout(this.#servedTimer);
+    this.#servedTimer = null;
+  }
 
   /** Waits for the end of `execId` on this server look again. */
   wakeDone(execId: string): void {
