@@ -11,7 +11,14 @@
  */
 
 import { OrbitApiError, OrbitConnectionError, OrbitExecutionError } from "./errors.ts";
-import { Backoff, type BackoffOptions, type RequestOptions, sleep, Transport } from "./http.ts";
+import {
+  type Affinity,
+  Backoff,
+  type BackoffOptions,
+  type RequestOptions,
+  sleep,
+  Transport,
+} from "./http.ts";
 import { type Http1Pool, http1PoolFor } from "./http1.ts";
 import { type InferOutput, parseWith, type StandardSchemaV1 } from "./task.ts";
 import type { WorkflowDocument } from "./workflow.ts";
@@ -139,6 +146,9 @@ export interface ResultOptions<S extends StandardSchemaV1 | undefined> extends W
 
 type WorkflowRef = string | WorkflowDocument | { build(): WorkflowDocument };
 
+/** How many started executions' connections a Client remembers for their waits. */
+const AFFINITY_ENTRIES = 4096;
+
 /** Talks to the ORBIT HTTP API (`orbit-api/1`). */
 export class Client {
   readonly #transport: Transport;
@@ -147,6 +157,14 @@ export class Client {
   readonly #timeoutMs: number;
 
   readonly #pool: Http1Pool | null = null;
+  /**
+   * `transport: "http1"`: the connection each recent start went out on, by execution id, so that
+   * its wait goes out on the same one when it is idle. Behind a balancer that routes connections
+   * (the shared mode's round-robin proxy), the wait then reaches the server that owns the
+   * execution and is answered from its memory, not through PostgreSQL's notifications. The
+   * oldest entries make room past AFFINITY_ENTRIES.
+   */
+  readonly #affinity = new Map<string, Affinity>();
 
   constructor(options: ClientOptions) {
     if (options.transport === "http1" && !options.fetch) {
@@ -213,7 +231,20 @@ export class Client {
     if (version !== undefined) body.version = version;
     if (input !== undefined) body.input = input;
     if (options.executionId !== undefined) body.execution_id = options.executionId;
-    return this.#post<Execution>("/v1/executions", body);
+    if (!this.#pool) return this.#post<Execution>("/v1/executions", body);
+    const affinity: Affinity = {};
+    const execution = await this.#transport.post<Execution>("/v1/executions", body, {
+      timeoutMs: this.#timeoutMs,
+      affinity,
+    });
+    if (typeof execution?.execution_id === "string") {
+      this.#affinity.delete(execution.execution_id);
+      this.#affinity.set(execution.execution_id, affinity);
+      if (this.#affinity.size > AFFINITY_ENTRIES) {
+        this.#affinity.delete(this.#affinity.keys().next().value!);
+      }
+    }
+    return execution;
   }
 
   /** Reads an execution. */
@@ -230,6 +261,7 @@ export class Client {
       ? Infinity
       : Date.now() + Math.max(0, options.timeoutS) * 1000;
     const path = `/v1/executions/${enc(executionId)}/wait`;
+    const affinity = this.#affinity.get(executionId);
     for (;;) {
       const remainingMs = deadline - Date.now();
       const waitS = Math.max(0, Math.min(300, Math.ceil(remainingMs / 1000)));
@@ -238,8 +270,12 @@ export class Client {
         query: { timeout_s: waitS },
         signal: options.signal,
         timeoutMs: waitS * 1000 + this.#timeoutMs,
+        affinity,
       });
-      if (isTerminal(execution.status)) return execution;
+      if (isTerminal(execution.status)) {
+        this.#affinity.delete(executionId);
+        return execution;
+      }
       const left = deadline - Date.now();
       if (left <= 0) return execution;
       // The runtime answered early without a final status: do not spin.

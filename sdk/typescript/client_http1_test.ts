@@ -37,3 +37,42 @@ Deno.test("Client transport http1: the same answers as fetch, one connection for
     await server.kill();
   }
 });
+
+Deno.test("Client transport http1: an execution's wait goes out on the connection that started it", async () => {
+  // A stand-in server that answers with the port of the connection each request came on.
+  const ports = new Map<string, number>();
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    async (req, info) => {
+      const path = new URL(req.url).pathname;
+      const port = info.remoteAddr.port;
+      if (req.method === "POST") {
+        const { execution_id: id } = await req.json();
+        ports.set(`start ${id}`, port);
+        return Response.json({ execution_id: id, status: "running" });
+      }
+      const wait = path.match(/^\/v1\/executions\/([^/]+)\/wait$/);
+      if (wait) {
+        ports.set(`wait ${wait[1]}`, port);
+        return Response.json({ execution_id: wait[1], status: "completed" });
+      }
+      await new Promise((r) => setTimeout(r, 150));
+      ports.set("slow", port);
+      return Response.json({ execution_id: "slow", status: "running" });
+    },
+  );
+  const client = new Client({ server: `http://127.0.0.1:${server.addr.port}`, transport: "http1" });
+  try {
+    // The start answers first, the slow read last: its connection is the most recently used.
+    await Promise.all([client.start("W", { executionId: "e1" }), client.get("slow")]);
+    assert.notEqual(ports.get("start e1"), ports.get("slow"));
+    // An execution this client did not start: the most recently used connection.
+    await client.wait("e2");
+    assert.equal(ports.get("wait e2"), ports.get("slow"));
+    assert.equal((await client.wait("e1")).status, "completed");
+    assert.equal(ports.get("wait e1"), ports.get("start e1"));
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});

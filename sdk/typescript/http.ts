@@ -18,6 +18,20 @@ export interface RequestOptions {
   signal?: AbortSignal;
   /** Give up after this long (an {@link OrbitConnectionError} "timed out after …"). */
   timeoutMs?: number;
+  /** Which connection to prefer, and to remember the one used (see {@link Affinity}). */
+  affinity?: Affinity;
+}
+
+/**
+ * A connection to ask for again. An exchange that keeps connections (the `http1` transport)
+ * records in `conn` the connection a request went out on, and sends a later request that carries
+ * the same holder on that connection when it is idle (any other one when it is not). Behind a
+ * balancer that routes each connection to one server (the reference page's round-robin proxy;
+ * HAProxy with `prefer-last-server`), the later request reaches the same server. `fetch`
+ * ignores it.
+ */
+export interface Affinity {
+  conn?: unknown;
 }
 
 /** One request as {@link Exchange} sends it. */
@@ -27,6 +41,8 @@ export interface HttpRequest {
   headers: Record<string, string>;
   body?: string;
   signal: AbortSignal;
+  /** See {@link Affinity}. */
+  affinity?: Affinity;
 }
 
 /** The answer to an {@link HttpRequest}: its status and its whole body as text. */
@@ -133,7 +149,14 @@ export class Transport {
     try {
       let res: HttpAnswer;
       try {
-        res = await this.#exchange({ method, url, headers, body, signal: controller.signal });
+        res = await this.#exchange({
+          method,
+          url,
+          headers,
+          body,
+          signal: controller.signal,
+          affinity: options.affinity,
+        });
       } catch (err) {
         return fail(err);
       }

@@ -319,9 +319,18 @@ export class Http1Pool {
     return this.#idle.length;
   }
 
-  /** The most recently used idle connection not older than `idleMs`; older ones are closed. */
-  #takeIdle(): Conn | null {
+  /**
+   * The idle connection `prefer` when it is one (and not older than `idleMs`), else the most
+   * recently used idle connection not older than `idleMs`; older ones are closed.
+   */
+  #takeIdle(prefer?: unknown): Conn | null {
     const now = this.#now();
+    if (prefer instanceof Conn) {
+      const i = this.#idle.findIndex((e) => e.conn === prefer);
+      if (i >= 0 && now - this.#idle[i]!.since <= this.#idleMs) {
+        return this.#idle.splice(i, 1)[0]!.conn;
+      }
+    }
     for (let e = this.#idle.pop(); e; e = this.#idle.pop()) {
       if (now - e.since <= this.#idleMs) return e.conn;
       e.conn.close();
@@ -352,8 +361,9 @@ export class Http1Pool {
     const resend = this.#resendAll || IDEMPOTENT.has(req.method);
 
     for (let attempt = 0;; attempt++) {
-      const reused = this.#takeIdle();
+      const reused = this.#takeIdle(req.affinity?.conn);
       const conn = reused ?? new Conn(await this.#open(signal));
+      if (req.affinity) req.affinity.conn = conn;
       const onAbort = () => conn.close();
       signal.addEventListener("abort", onAbort, { once: true });
       try {

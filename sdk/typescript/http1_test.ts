@@ -448,3 +448,40 @@ Deno.test("http1: an abort while connecting ends the request at once; the late c
   assert.equal(closes, 1);
   pool.close();
 });
+
+Deno.test("http1: a request with an affinity goes out on the connection the holder names when it is idle", async () => {
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    async (req, info) => {
+      const ms = Number(new URL(req.url).searchParams.get("ms") ?? 0);
+      if (ms > 0) await new Promise((r) => setTimeout(r, ms));
+      return new Response(String(info.remoteAddr.port));
+    },
+  );
+  const base = `http://127.0.0.1:${server.addr.port}`;
+  const pool = new Http1Pool(base, { connect, maxIdle: 4 });
+  try {
+    // Two connections, A (answers first) and B (answers last: the most recently used one).
+    const holder: { conn?: unknown } = {};
+    const [a, b] = await Promise.all([
+      pool.exchange({ ...request(`${base}/?ms=0`), affinity: holder }),
+      pool.exchange(request(`${base}/?ms=150`)),
+    ]);
+    assert.notEqual(a.text, b.text, "two connections");
+    assert.ok(holder.conn, "the holder names the connection used");
+    assert.equal(pool.idle, 2);
+    // Without an affinity, the most recently used idle connection (B); with one, A.
+    assert.equal((await pool.exchange(request(`${base}/`))).text, b.text);
+    assert.equal((await pool.exchange({ ...request(`${base}/`), affinity: holder })).text, a.text);
+    assert.equal((await pool.exchange({ ...request(`${base}/`), affinity: holder })).text, a.text);
+    // Its connection busy: any idle one, and the holder then names that one.
+    const busy = pool.exchange({ ...request(`${base}/?ms=150`), affinity: { conn: holder.conn } });
+    const other = await pool.exchange({ ...request(`${base}/`), affinity: holder });
+    assert.equal(other.text, b.text);
+    assert.equal((await busy).text, a.text);
+    assert.equal((await pool.exchange({ ...request(`${base}/`), affinity: holder })).text, b.text);
+  } finally {
+    pool.close();
+    await server.shutdown();
+  }
+});
