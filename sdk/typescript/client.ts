@@ -231,13 +231,9 @@ export class Client {
     if (version !== undefined) body.version = version;
     if (input !== undefined) body.input = input;
     if (options.executionId !== undefined) body.execution_id = options.executionId;
-    if (!this.#pool) return this.#post<Execution>("/v1/executions", body);
-    const affinity: Affinity = {};
-    const execution = await this.#transport.post<Execution>("/v1/executions", body, {
-      timeoutMs: this.#timeoutMs,
-      affinity,
-    });
-    if (typeof execution?.execution_id === "string") {
+    const affinity: Affinity | undefined = this.#pool ? {} : undefined;
+    const execution = await this.#post<Execution>("/v1/executions", body, affinity);
+    if (affinity && typeof execution?.execution_id === "string") {
       this.#affinity.delete(execution.execution_id);
       this.#affinity.set(execution.execution_id, affinity);
       if (this.#affinity.size > AFFINITY_ENTRIES) {
@@ -409,8 +405,8 @@ export class Client {
     }
   }
 
-  #post<T>(path: string, body: unknown): Promise<T> {
-    return this.#transport.post<T>(path, body, { timeoutMs: this.#timeoutMs });
+  #post<T>(path: string, body: unknown, affinity?: Affinity): Promise<T> {
+    return this.#transport.post<T>(path, body, { timeoutMs: this.#timeoutMs, affinity });
   }
 
   /** A GET, repeated on connection errors only. */
