@@ -74,7 +74,7 @@ function sharedParts(executions: Executions, metrics: Metrics, opts: SharedWorke
       timers = [];
     },
   };
-  return { w, sessions, attempts, store, local: new MemoryTaskQueue(executions) };
+  return { w, sessions, attempts, store, local: new MemoryTaskQueue(executions, () => opts.now()) };
 }
 
 export class SharedWorkers extends Dispatcher {

@@ -13,8 +13,10 @@ import type { Session, TaskPayload } from "./sessions.ts";
  * Dispatches queued tasks to `s`, each in an append of its own (they share commits). A task
  * whose step no longer waits yields nothing; one whose dispatch failed is given to `requeue`
  * (the execution is re-read from its history first, and a dispatch that landed after all is
- * redelivered); in shared mode, one whose row another server claimed first (TaskTakenError)
- * yields nothing: the claim statement has it.
+ * redelivered); in shared mode, one whose take the commit refused (TaskTakenError: another
+ * server claimed the row first, or an older row of the task waits) yields nothing and goes to
+ * `taken`: the claim statement that follows takes the older rows; the step, while it is still
+ * queued here, must stay in the queue (see TAKEN_HOLD_MS).
  */
 export async function dispatchQueued(
   executions: Pick<Executions, "command">,
@@ -22,6 +24,7 @@ export async function dispatchQueued(
   picked: readonly QueuedTask[],
   newId: () => string,
   requeue: (q: QueuedTask) => void,
+  taken: (q: QueuedTask) => void = () => {},
 ): Promise<TaskPayload[]> {
   const out = await Promise.all(picked.map(async (q): Promise<TaskPayload | null> => {
     const token = `${q.execution_id}/${newId()}`;
@@ -35,7 +38,10 @@ export async function dispatchQueued(
       });
       return r?.accepted ? payload(r.state, q.step, token) : null;
     } catch (e) {
-      if (e instanceof TaskTakenError) return null;
+      if (e instanceof TaskTakenError) {
+        taken(q);
+        return null;
+      }
       log.engine.error("dispatch failed; task stays queued", {
         execution_id: q.execution_id,
         step: q.step,

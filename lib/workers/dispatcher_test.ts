@@ -9,7 +9,8 @@ import { Driver, task, workflow } from "../engine/testing.ts";
 import type { Executions } from "../executions/executions.ts";
 import { Metrics } from "../metrics.ts";
 import { waitFor } from "../../tests/support/server.ts";
-import { Dispatcher, type TaskClaims } from "./dispatcher.ts";
+import { Dispatcher, TAKEN_HOLD_MS, type TaskClaims } from "./dispatcher.ts";
+import { TaskTakenError } from "../store/store.ts";
 import { WorkerSessions } from "./sessions.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
@@ -140,6 +141,72 @@ Deno.test({
     assert.deepEqual(await poll, []);
     assert.equal(w.pollsHere(10_000), false, "none waits, and the last came 60 s ago");
     assert.equal(w.pollsHere(60_000), true, "within a minute");
+    w.stop();
+  },
+});
+
+Deno.test({
+  ...T,
+  name: "dispatcher: a take the commit refused (TaskTakenError) keeps its step in the queue, " +
+    "out of takes for TAKEN_HOLD_MS, and a later take dispatches it",
+  fn: async () => {
+    let now = 1_000_000;
+    let claimed = 0;
+    let refusals = 1;
+    const d = new Driver(workflow([task("a")]));
+    let dispatcher: Dispatcher | null = null;
+    const base = engine(d, () => dispatcher);
+    const executions = {
+      ...base,
+      command: (id: string, cmd: Command) => {
+        if (cmd.type === "dispatch" && refusals-- > 0) {
+          return Promise.reject(new TaskTakenError("an older row of the task waits"));
+        }
+        return base.command(id, cmd);
+      },
+    } as unknown as Executions;
+    const opts = { sessionTimeoutMs: 60_000, now: () => now, newId: d.newId };
+    const claims: TaskClaims = {
+      claim: () => {
+        claimed++;
+        return Promise.resolve([]);
+      },
+      recheckMs: 60_000,
+    };
+    dispatcher = new Dispatcher(executions, new Metrics(), opts, {
+      sessions: new WorkerSessions(opts),
+      claims,
+    });
+    const w = dispatcher;
+    const session = w.register({
+      worker_id: "w-1",
+      runtime: "typescript",
+      tasks: [{ name: "t.a", contract: "1" }],
+      concurrency: 4,
+    }) as string;
+    const r = await d.start();
+    w.installed(null, d.state!, r.events);
+    // A poll that ends as soon as it waits: what it took and what it claimed are what count.
+    const poll = async () => {
+      const stop = new AbortController();
+      const p = w.poll(session, 1, 30_000, stop.signal);
+      await waitFor(() => claimed > before || w.sessions.get(session)?.polling === 0, "a look");
+      stop.abort();
+      return await p;
+    };
+    let before = claimed;
+    assert.deepEqual(await poll(), [], "the take was refused");
+    assert.equal(claimed, before + 1, "a claim followed the refused take");
+    assert.equal(d.state!.steps["a"]!.status, "scheduled");
+    before = claimed;
+    assert.deepEqual(await poll(), [], "held: not taken again at once");
+    assert.equal(claimed, before + 1);
+    now += TAKEN_HOLD_MS;
+    before = claimed;
+    const tasks = await poll();
+    assert.deepEqual(tasks.map((t) => t.step), ["a"], "after the hold the queue has it");
+    assert.equal(claimed, before, "no claim was needed");
+    assert.equal(d.state!.steps["a"]!.status, "dispatched");
     w.stop();
   },
 });

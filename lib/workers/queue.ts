@@ -22,6 +22,8 @@ export interface QueuedTask {
   step: string;
   attempt: number;
   language: string | null;
+  /** Put back after a refused dispatch (`requeue` with a hold): not taken before this time. */
+  heldUntilMs?: number;
 }
 
 export interface TaskQueue {
@@ -29,8 +31,11 @@ export interface TaskQueue {
   enqueue(state: ExecutionState): boolean;
   /** Takes up to `max` queued tasks `s` serves (synchronously: no double take). */
   take(s: Pick<Session, "tasks" | "runtime">, max: number): QueuedTask[];
-  /** Puts tasks taken but not dispatched back in front, those still scheduled at that attempt. */
-  requeue(items: readonly QueuedTask[]): void;
+  /**
+   * Puts tasks taken but not dispatched back in front, those still scheduled at that attempt;
+   * with `holdUntilMs`, no take gets them before that time (they keep their place).
+   */
+  requeue(items: readonly QueuedTask[], holdUntilMs?: number): void;
   /** How many steps of a task and contract wait in the queue. */
   depth(task: string, contract: string): number;
 }
@@ -43,7 +48,11 @@ export class MemoryTaskQueue implements TaskQueue {
   #queue = new Map<string, QueuedTask[]>();
   #queued = new Set<string>();
 
-  constructor(readonly executions: Pick<Executions, "stateOf">) {}
+  /** `now`: the clock of `requeue`'s holds (milliseconds). */
+  constructor(
+    readonly executions: Pick<Executions, "stateOf">,
+    readonly now: () => number = Date.now,
+  ) {}
 
   enqueue(state: ExecutionState): boolean {
     let added = false;
@@ -67,6 +76,7 @@ export class MemoryTaskQueue implements TaskQueue {
 
   take(s: Pick<Session, "tasks" | "runtime">, max: number): QueuedTask[] {
     const out: QueuedTask[] = [];
+    let now: number | undefined;
     for (const reg of s.tasks) {
       const q = this.#queue.get(key(reg.name, reg.contract));
       if (!q) continue;
@@ -81,6 +91,13 @@ export class MemoryTaskQueue implements TaskQueue {
           i++;
           continue;
         }
+        if (item.heldUntilMs !== undefined) {
+          if (item.heldUntilMs > (now ??= this.now())) {
+            i++;
+            continue;
+          }
+          delete item.heldUntilMs;
+        }
         q.splice(i, 1);
         this.#queued.delete(queuedId(item));
         out.push(item);
@@ -90,13 +107,14 @@ export class MemoryTaskQueue implements TaskQueue {
     return out;
   }
 
-  requeue(items: readonly QueuedTask[]): void {
+  requeue(items: readonly QueuedTask[], holdUntilMs?: number): void {
     for (const q of items) {
       const st = this.executions.stateOf(q.execution_id)?.steps[q.step];
       if (!st || st.status !== "scheduled" || st.attempt !== q.attempt) continue;
       const k = key(st.task, st.contract);
       if (this.#queued.has(queuedId(q))) continue;
       this.#queued.add(queuedId(q));
+      if (holdUntilMs !== undefined) q.heldUntilMs = holdUntilMs;
       let list = this.#queue.get(k);
       if (!list) this.#queue.set(k, list = []);
       list.unshift(q);

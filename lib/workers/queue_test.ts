@@ -88,3 +88,23 @@ Deno.test("requeued tasks go back in front, once, while still scheduled", () => 
   queue.requeue(taken);
   assert.equal(queue.depth("t", "1"), 0);
 });
+
+Deno.test("a task put back with a hold keeps its place and is not taken before the hold ends", () => {
+  const held = new Map<string, ExecutionState>();
+  let now = 1_000;
+  const queue = new MemoryTaskQueue({ stateOf: (id) => held.get(id) }, () => now);
+  for (const id of ["e1", "e2"]) {
+    const s = state(id, [{ id: "a", task: "t" }]);
+    held.set(id, s);
+    queue.enqueue(s);
+  }
+  const taken = queue.take(ts("t"), 1);
+  queue.requeue(taken, now + 100);
+  assert.equal(queue.depth("t", "1"), 2, "still queued");
+  assert.deepEqual(queue.take(ts("t"), 5).map((q) => q.execution_id), ["e2"], "held: skipped");
+  assert.deepEqual(queue.take(ts("t"), 5), []);
+  now += 100;
+  assert.deepEqual(queue.take(ts("t"), 5).map((q) => q.execution_id), ["e1"]);
+  queue.requeue(taken);
+  assert.deepEqual(queue.take(ts("t"), 5).map((q) => q.execution_id), ["e1"], "no hold: at once");
+});
