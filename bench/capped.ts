@@ -51,6 +51,7 @@ export interface RunFigures {
   postgres_cpu_ms_per_order: number | null;
   commits_per_order: number | null;
   forwards_per_order?: number | null;
+  refused_takes_per_order?: number | null;
 }
 
 export type Round = Record<RowName, RunFigures>;
@@ -103,8 +104,8 @@ export function report(rounds: Round[]): string {
   });
   out.push(
     "",
-    "| Row | servers' CPU per order (ms) | PostgreSQL | whole machine | commits per order | forwards per order | p99 (ms) |",
-    "| --- | --- | --- | --- | --- | --- | --- |",
+    "| Row | servers' CPU per order (ms) | PostgreSQL | whole machine | commits per order | forwards per order | refused takes per order | p99 (ms) |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- |",
   );
   for (const row of ROWS) {
     const xs = rounds.map((r) => r[row.name]);
@@ -113,7 +114,9 @@ export function report(rounds: Round[]): string {
         range(xs.map((x) => x.postgres_cpu_ms_per_order))
       } | ${range(xs.map((x) => x.machine_cpu_ms_per_order))} | ${
         range(xs.map((x) => x.commits_per_order))
-      } | ${range(xs.map((x) => x.forwards_per_order))} | ${range(xs.map((x) => x.p99_ms), 0)} |`,
+      } | ${range(xs.map((x) => x.forwards_per_order))} | ${
+        range(xs.map((x) => x.refused_takes_per_order))
+      } | ${range(xs.map((x) => x.p99_ms), 0)} |`,
     );
   }
   out.push("");

@@ -17,6 +17,7 @@ export async function serverCounters(c: ReturnType<typeof api>) {
   return {
     forwards: sum("orbit_commands_forwarded_total"),
     claims: sum("orbit_task_claims_total"),
+    refusedTakes: sum("orbit_task_takes_refused_total"),
     notifications: sum("orbit_notifications_sent_total"),
     requests: sum("orbit_http_requests_total"),
     commits: read("orbit_commits_total"),

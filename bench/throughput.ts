@@ -191,6 +191,7 @@ async function bench(store: "sqlite" | "postgres") {
       commits: each.reduce((n, x) => n + x.commits, 0),
       forwards: each.reduce((n, x) => n + x.forwards, 0),
       claims: each.reduce((n, x) => n + x.claims, 0),
+      refusedTakes: each.reduce((n, x) => n + x.refusedTakes, 0),
       notifications: each.reduce((n, x) => n + x.notifications, 0),
       requests: each.reduce((n, x) => n + x.requests, 0),
       events: each.reduce((n, x) => n + x.events, 0),
@@ -483,6 +484,8 @@ async function bench(store: "sqlite" | "postgres") {
       forwards_per_order: round((counters.forwards - counters0.forwards) / ORDERS, 2),
       // Shared mode: claim statements run, and notifications sent (every channel), per order.
       claims_per_order: round((counters.claims - counters0.claims) / ORDERS, 2),
+      // Shared mode: dispatches from a server's own queue that their commit refused.
+      refused_takes_per_order: round((counters.refusedTakes - counters0.refusedTakes) / ORDERS, 2),
       notifications_per_order: round(
         (counters.notifications - counters0.notifications) / ORDERS,
         2,
@@ -538,7 +541,9 @@ for (const s of stores) {
         SHARED > 0 && !values["no-proxy"] && !SPREAD ? " and proxy" : ""
       } ${r.bench_cpu_ms_per_order} ms per order)\n` +
       `  worker cycle p50 ${r.cycle_p50_ms} ms, p99 ${r.cycle_p99_ms} ms; ${r.requests_per_order} HTTP requests and ${r.commits_per_order} commits per order (${r.events_per_commit} events, ${r.commit_ms_avg} ms each; server wrote ${r.server_written_kb_per_order} KB per order${
-        SHARED > 0 ? `; ${r.forwards_per_order} forwards to an owner per order` : ""
+        SHARED > 0
+          ? `; ${r.forwards_per_order} forwards to an owner and ${r.refused_takes_per_order} refused takes per order`
+          : ""
       }); server main thread busy ${Math.round(r.main_thread_busy_share * 100)} % (on CPU ${
         Math.round(r.main_thread_cpu_share * 100)
       } %, waiting for a core ${Math.round(r.main_thread_waiting_for_cpu_share * 100)} %)`,

@@ -120,6 +120,11 @@ export class Metrics {
     "orbit_task_claims_total",
     "Shared mode: claim statements run on the shared queue, by whether they found tasks.",
   );
+  readonly takesRefused = new Counter(
+    "orbit_task_takes_refused_total",
+    "Shared mode: dispatches from this server's queue that their commit refused (the row was " +
+      "claimed elsewhere first, or an older row of the task waits); the step stays queued here.",
+  );
   readonly notificationsSent = new Counter(
     "orbit_notifications_sent_total",
     "Shared mode: notifications sent (NOTIFY), by channel.",
@@ -163,6 +168,7 @@ export class Metrics {
       this.staleClaimsRequeued,
       this.commandsForwarded,
       this.taskClaims,
+      this.takesRefused,
       this.notificationsSent,
       this.notificationsReceived,
       this.schedulesFired,

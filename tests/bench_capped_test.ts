@@ -22,6 +22,7 @@ function run(orders: number, machine = 5, extra: Partial<RunFigures> = {}): RunF
     postgres_cpu_ms_per_order: 1,
     commits_per_order: 0.5,
     forwards_per_order: 0,
+    refused_takes_per_order: 0,
     ...extra,
   };
 }
@@ -36,7 +37,7 @@ const met: Round = {
 };
 const missed: Round = {
   single: run(80, 6, { p99_ms: 900 }),
-  shared1: run(60, 7),
+  shared1: run(60, 7, { refused_takes_per_order: 0.83 }),
   spread2: run(120, 9),
   spread3: run(150, 9.5, { commits_per_order: 1.3 }),
   proxy3: run(100, 11),
@@ -60,7 +61,11 @@ Deno.test("capped table: the report counts each target per round and gives the r
     lines[3]!,
     /^\| 2 \| 80\.0 \| 60\.0 \(0\.75\) \| 120\.0 \(1\.50\) \| 150\.0 \(1\.88\) \| 100\.0 \(1\.25\) \| 1\.58 \|$/,
   );
-  assert.ok(text.includes("| 1 single | 2.00 | 1.00 | 5.00–6.00 | 0.50 | 0.00 | 500–900 |"), text);
+  assert.ok(
+    text.includes("| 1 single | 2.00 | 1.00 | 5.00–6.00 | 0.50 | 0.00 | 0.00 | 500–900 |"),
+    text,
+  );
+  assert.ok(text.includes("| 0.00 | 0.00–0.83 | 500 |"), text);
   assert.ok(text.includes("| 3 shared (`--spread`) | 2.00 | 1.00 | 7.50–9.50 | 0.50–1.30 |"), text);
   for (
     const t of [

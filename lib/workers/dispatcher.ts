@@ -379,7 +379,10 @@ export class Dispatcher implements WorkerService {
       this.opts.newId,
       (q) => this.#requeue([q]),
       // Kept, not woken for: the polls would take it again at once.
-      (q) => this.#queue.requeue([q], this.opts.now() + TAKEN_HOLD_MS),
+      (q) => {
+        this.metrics.takesRefused.inc();
+        this.#queue.requeue([q], this.opts.now() + TAKEN_HOLD_MS);
+      },
     );
     this.tasksClaimed += tasks.length;
     this.metrics.tasksDispatched.inc({}, tasks.length);
