@@ -32,11 +32,15 @@ function engine(d: Driver, dispatcher: () => Dispatcher | null): Executions {
   } as unknown as Executions;
 }
 
-function setup(claims?: TaskClaims, now: () => number = () => Date.now()) {
+function setup(
+  claims?: TaskClaims,
+  now: () => number = () => Date.now(),
+  wrap: (e: Executions) => Executions = (e) => e,
+) {
   const d = new Driver(workflow([task("a")]));
   let dispatcher: Dispatcher | null = null;
   const opts = { sessionTimeoutMs: 60_000, now, newId: d.newId };
-  dispatcher = new Dispatcher(engine(d, () => dispatcher), new Metrics(), opts, {
+  dispatcher = new Dispatcher(wrap(engine(d, () => dispatcher)), new Metrics(), opts, {
     sessions: new WorkerSessions(opts),
     ...(claims ? { claims } : {}),
   });
@@ -153,19 +157,6 @@ Deno.test({
     let now = 1_000_000;
     let claimed = 0;
     let refusals = 1;
-    const d = new Driver(workflow([task("a")]));
-    let dispatcher: Dispatcher | null = null;
-    const base = engine(d, () => dispatcher);
-    const executions = {
-      ...base,
-      command: (id: string, cmd: Command) => {
-        if (cmd.type === "dispatch" && refusals-- > 0) {
-          return Promise.reject(new TaskTakenError("an older row of the task waits"));
-        }
-        return base.command(id, cmd);
-      },
-    } as unknown as Executions;
-    const opts = { sessionTimeoutMs: 60_000, now: () => now, newId: d.newId };
     const claims: TaskClaims = {
       claim: () => {
         claimed++;
@@ -173,17 +164,18 @@ Deno.test({
       },
       recheckMs: 60_000,
     };
-    dispatcher = new Dispatcher(executions, new Metrics(), opts, {
-      sessions: new WorkerSessions(opts),
-      claims,
-    });
-    const w = dispatcher;
-    const session = w.register({
-      worker_id: "w-1",
-      runtime: "typescript",
-      tasks: [{ name: "t.a", contract: "1" }],
-      concurrency: 4,
-    }) as string;
+    // The first dispatch's commit refuses its take, as the shared store does.
+    const refusing = (base: Executions) =>
+      ({
+        ...base,
+        command: (id: string, cmd: Command) => {
+          if (cmd.type === "dispatch" && refusals-- > 0) {
+            return Promise.reject(new TaskTakenError("an older row of the task waits"));
+          }
+          return base.command(id, cmd);
+        },
+      }) as unknown as Executions;
+    const { d, w, session } = setup(claims, () => now, refusing);
     const r = await d.start();
     w.installed(null, d.state!, r.events);
     // A poll that ends as soon as it waits: what it took and what it claimed are what count.
