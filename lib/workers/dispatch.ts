@@ -24,7 +24,7 @@ export async function dispatchQueued(
   picked: readonly QueuedTask[],
   newId: () => string,
   requeue: (q: QueuedTask) => void,
-  taken: (q: QueuedTask) => void = () => {},
+  taken: (q: QueuedTask) => void,
 ): Promise<TaskPayload[]> {
   const out = await Promise.all(picked.map(async (q): Promise<TaskPayload | null> => {
     const token = `${q.execution_id}/${newId()}`;
