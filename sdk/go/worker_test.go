@@ -233,6 +233,9 @@ func TestGracefulStopFinishesTheRunningTaskThenUnregisters(t *testing.T) {
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Both slots polling before the first task: a poll still on its way when the worker
+	// stops would otherwise reach the server later and could take the second task.
+	f.waitUntil("both slots to poll", func() bool { return f.activePolls == 2 })
 	tok := f.enqueue("t.block", map[string]any{})
 	<-started
 	stopped := make(chan error)

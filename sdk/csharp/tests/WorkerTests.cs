@@ -317,6 +317,9 @@ namespace Orbit.Tests
                 var release = new TaskCompletionSource<bool>();
                 var w = NewWorker(f, 2, new Log(), Block(started, release.Task));
                 await w.StartAsync();
+                // Both slots polling before the first task: a poll still on its way when the
+                // worker stops would otherwise reach the server later and take the second task.
+                await f.WaitUntil("both slots to poll", () => f.ActivePolls == 2);
                 var tok = f.Enqueue("t.block", new { });
                 await started.Task;
                 var stopped = w.StopAsync(CancellationToken.None);
