@@ -137,6 +137,9 @@ const worker = new Worker({
   workerId: Deno.env.get("ORDER_WORKER_ID") ?? "orders-typescript",
   tasks,
   concurrency,
+  // In a shared cluster the slots spread over the servers (the SDK's default); ORDER_SPREAD=0
+  // keeps them on the given address.
+  spreadOverNodes: Deno.env.get("ORDER_SPREAD") !== "0",
 });
 
 // SIGTERM/Ctrl+C: finish running tasks and deliver their results, for at most 30 s (a result

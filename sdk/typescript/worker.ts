@@ -71,6 +71,19 @@ export interface WorkerOptions {
    * results go back to that owner instead of being forwarded between servers.
    */
   connectionPerSlot?: boolean;
+  /**
+   * In a cluster in shared mode, spread the slots over the live servers (default `true`): the
+   * worker reads `/v1/health` of `server`, and each slot polls one live node at the address
+   * it advertises (`--advertise-addr`), which hands out the tasks of the executions it owns
+   * first; the slot's results go back to that owner on the same connection, so the servers
+   * forward almost nothing between them. A node whose address does not answer is left out
+   * for 10 s (its slots use `server` meanwhile), a node that leaves the cluster has its slots
+   * moved at once. With a single server, a standby cluster, or nodes without addresses, every
+   * slot uses `server`, as with `false`.
+   */
+  spreadOverNodes?: boolean;
+  /** How often the live nodes are read again when spreading (default 5000 ms). */
+  nodeRefreshMs?: number;
 }
 
 /** Options of {@link Worker.stop}. */
@@ -162,6 +175,8 @@ export class Worker {
       connectionPerSlot: options.connectionPerSlot,
       concurrency: this.concurrency,
       pollWaitS: this.pollWaitS,
+      spreadOverNodes: options.spreadOverNodes,
+      nodeRefreshMs: options.nodeRefreshMs,
     });
     for (const task of options.tasks) {
       const key = taskKey(task.name, task.contract);
@@ -186,6 +201,11 @@ export class Worker {
   /** Whether each slot has a connection of its own (see {@link WorkerOptions.connectionPerSlot}). */
   get connectionPerSlot(): boolean {
     return this.#slots.connectionPerSlot;
+  }
+
+  /** The live nodes the slots are spread over (empty: every slot uses `server`). */
+  get nodeAddresses(): readonly string[] {
+    return this.#slots.nodes.addresses;
   }
 
   /** Tokens of the attempts being run or reported. */
@@ -215,6 +235,8 @@ export class Worker {
       this.#resolveDone();
       throw err;
     }
+    // In a shared cluster, the live nodes to spread the slots over (one health read).
+    await this.#slots.nodes.start();
     if (this.#stopping.signal.aborted) return;
     this.#state = "running";
     this.#slots.start();

@@ -153,6 +153,11 @@ class Transport:
         self._all_lock = threading.Lock()
         self._busy: "set[http.client.HTTPConnection]" = set()
 
+    def sibling(self, server: str) -> "Transport":
+        """A transport to another address with this one's token and TLS settings (a node of a
+        shared cluster at the address it advertises)."""
+        return Transport(server, token=self._token, ssl_context=self._ssl)
+
     def _connection(self, timeout: float) -> Tuple[http.client.HTTPConnection, bool]:
         conn: Optional[http.client.HTTPConnection] = getattr(self._local, "conn", None)
         if conn is not None and conn.sock is not None and not _is_dropped(conn):

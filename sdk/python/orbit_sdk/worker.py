@@ -43,6 +43,7 @@ from ._http import Abort, Backoff, Transport, format_seconds
 from ._worker.common import _Inflight, _log, _Stopped
 from ._worker.execute import _ExecuteRole
 from ._worker.heartbeat import _HeartbeatRole
+from ._worker.nodes import _NodesRole
 from ._worker.report import _ReportRole
 from ._worker.session import _SessionRole
 from ._worker.slots import _SlotsRole
@@ -58,7 +59,7 @@ __all__ = ["Worker", "TaskContext", "TaskDefinition"]  # the last two live in ta
 # them and owns the life cycle (start, stop, signals, drain).
 
 
-class Worker(_SessionRole, _SlotsRole, _ExecuteRole, _ReportRole, _HeartbeatRole):
+class Worker(_SessionRole, _SlotsRole, _ExecuteRole, _ReportRole, _HeartbeatRole, _NodesRole):
     """Serves tasks to an ORBIT runtime. See the module documentation.
 
     :param server: base URL of the runtime, or of the load balancer in front of a cluster
@@ -71,6 +72,12 @@ class Worker(_SessionRole, _SlotsRole, _ExecuteRole, _ReportRole, _HeartbeatRole
     :param heartbeat_s: interval between heartbeats
     :param request_timeout_s: timeout of every request but the long poll
     :param ca_file: PEM file of the CA (or self-signed certificate) to trust for https
+    :param spread_over_nodes: in a cluster in shared mode, spread the slots over the live
+        servers at the addresses ``/v1/health`` advertises (each hands out the tasks of the
+        executions it owns first, and the results go back to it, so nothing is forwarded
+        between servers); a node that does not answer is left out for 10 s, one that leaves
+        the cluster has its slots moved at once. Anything else: every slot uses ``server``.
+    :param node_refresh_s: how often the live nodes are read again when spreading
     """
 
     def __init__(
@@ -88,6 +95,8 @@ class Worker(_SessionRole, _SlotsRole, _ExecuteRole, _ReportRole, _HeartbeatRole
         ssl_context: Optional[ssl.SSLContext] = None,
         backoff: Optional[Callable[[], Backoff]] = None,
         logger: Optional[logging.Logger] = None,
+        spread_over_nodes: bool = True,
+        node_refresh_s: float = 5.0,
     ) -> None:
         if not worker_id:
             raise ValueError("Worker: `worker_id` is required")
@@ -127,6 +136,7 @@ class Worker(_SessionRole, _SlotsRole, _ExecuteRole, _ReportRole, _HeartbeatRole
         self._shutdown_thread: Optional[threading.Thread] = None
         self._hb_lock = threading.Lock()
         self._signals = 0
+        self._init_nodes(spread_over_nodes, node_refresh_s)
 
     # ---- tasks ----------------------------------------------------------------------------
 
@@ -218,6 +228,8 @@ class Worker(_SessionRole, _SlotsRole, _ExecuteRole, _ReportRole, _HeartbeatRole
             self._transport.close_all()
             self._done.set()
             raise
+        # In a shared cluster, the live nodes to spread the slots over (one health read).
+        self._nodes_refresh()
         with self._lock:
             if self._stopping.is_set():
                 return
@@ -225,6 +237,8 @@ class Worker(_SessionRole, _SlotsRole, _ExecuteRole, _ReportRole, _HeartbeatRole
         for i in range(self.concurrency):
             self._spawn(self._slot_loop, f"orbit-task-{i}", i)
         self._spawn(self._heartbeat_loop, "orbit-heartbeat")
+        if self.spread_over_nodes:
+            self._spawn(self._nodes_loop, "orbit-nodes")
 
     def _spawn(self, target: Callable[..., None], name: str, *args: Any) -> None:
         t = threading.Thread(target=target, name=name, args=args, daemon=True)
@@ -332,6 +346,7 @@ class Worker(_SessionRole, _SlotsRole, _ExecuteRole, _ReportRole, _HeartbeatRole
         finally:
             if self._running == 0:
                 self._transport.close_all()
+                self._close_node_transports()
             self._state = "stopped"
             self.logger.info("worker stopped worker_id=%s", self.worker_id)
             self._done.set()

@@ -1,6 +1,6 @@
 /** Worker role, the completer: reports an attempt's result (complete/fail), retrying delivery. */
 
-import { isRetryable, OrbitApiError } from "../errors.ts";
+import { isRetryable, OrbitApiError, OrbitConnectionError } from "../errors.ts";
 import { Backoff, formatSeconds, sleep, type Transport } from "../http.ts";
 import { describe, type Outcome, type PolledTask, type WorkerCore } from "./common.ts";
 import type { Session } from "./session.ts";
@@ -9,7 +9,9 @@ import type { Session } from "./session.ts";
  * Reports an attempt's result, retrying until it is delivered (or the worker gives up).
  * With `slot` (a held concurrency slot), the first request also asks for one next task
  * (`session_id`, `max_tasks: 1`), which the runtime may hand out in its answer; `slot` is
- * called to give the slot up before any retry. Returns the tasks the answer carried.
+ * called to give the slot up before any retry. Returns the tasks the answer carried. The first
+ * request goes on `transport` (the slot's connection, to the node that handed the task out);
+ * retries go to the configured address, which reaches a live server when that node is gone.
  */
 export async function deliver(
   core: WorkerCore,
@@ -23,6 +25,7 @@ export async function deliver(
   let substituted = false;
   const backoff = new Backoff(core.backoff);
   const abandon = core.abandon;
+  let via = transport;
   for (;;) {
     const path = current.kind === "complete" ? "/v1/tasks/complete" : "/v1/tasks/fail";
     const take = slot && session.id && !core.stopping.aborted
@@ -32,7 +35,7 @@ export async function deliver(
       ? { token: task.token, output: current.output, ...take }
       : { token: task.token, error: current.error, ...take };
     try {
-      const res = await transport.post<{ accepted?: boolean; tasks?: PolledTask[] } | null>(
+      const res = await via.post<{ accepted?: boolean; tasks?: PolledTask[] } | null>(
         path,
         body,
         {
@@ -62,6 +65,14 @@ export async function deliver(
       // Retries do not hold a slot: the answer may take long while the runtime is away.
       slot?.();
       slot = null;
+      const direct = via !== core.transport;
+      via = core.transport;
+      if (direct && err instanceof OrbitConnectionError) {
+        // A node's own address did not answer (it left or died): the configured address
+        // reaches a live server at once, which hands the result to the execution's new owner
+        // before that owner redelivers the attempt.
+        continue;
+      }
       if (isRetryable(err)) {
         const delay = backoff.next();
         core.logger.warn(

@@ -1,6 +1,6 @@
 /** Worker role, the producer: concurrency slots, each long-polling and running one task at a time. */
 
-import { isRetryable, isUnknownSession } from "../errors.ts";
+import { isRetryable, isUnknownSession, OrbitConnectionError } from "../errors.ts";
 import { Backoff, formatSeconds, sleep, Transport } from "../http.ts";
 import { http1PoolFor } from "../http1.ts";
 import {
@@ -13,6 +13,7 @@ import {
   type WorkerCore,
 } from "./common.ts";
 import { execute, failureFrom, type TaskTable } from "./execute.ts";
+import { Nodes, Rerouted } from "./nodes.ts";
 import { deliver } from "./report.ts";
 import type { Session } from "./session.ts";
 
@@ -25,13 +26,20 @@ export interface SlotOptions {
   concurrency: number;
   /** Long-poll wait in seconds. */
   pollWaitS: number;
+  /** Spread the slots over a shared cluster's live nodes (see worker/nodes.ts; default true). */
+  spreadOverNodes?: boolean;
+  /** How often the live nodes are read again (default 5000 ms). */
+  nodeRefreshMs?: number;
 }
 
 /** One concurrency slot: its connection and its long poll. */
 interface Slot {
-  readonly transport: Transport;
+  readonly index: number;
+  /** The node this slot talks to (its advertised address), or null: the configured address. */
+  target: string | null;
+  transport: Transport;
   /** The slot's own connection (closed when the worker stops), when the runtime offers one. */
-  readonly client: { close(): void } | null;
+  client: { close(): void } | null;
   poll: { sessionId: string; controller: AbortController } | null;
   /** The task this slot runs and the ones that follow it from results' answers. */
   chain: Promise<void> | null;
@@ -72,6 +80,10 @@ export class Slots {
   readonly #tasks: TaskTable;
   readonly #pollWaitS: number;
   readonly #slots: Slot[];
+  /** A connection of a slot's own to an address (the configured one, or a node's). */
+  readonly #connect: (server: string) => Pick<Slot, "transport" | "client">;
+  /** Which node each slot talks to. */
+  readonly nodes: Nodes;
   /** Whether each slot has a connection of its own. */
   readonly connectionPerSlot: boolean;
   #started = false;
@@ -85,11 +97,17 @@ export class Slots {
     // fetch with an HTTP client of its own for https:.
     const perSlot = options.connectionPerSlot !== false && !options.fetch;
     const httpClient = perSlot ? denoHttpClient() : undefined;
-    const settings = { server: options.server, token: options.token };
-    const ownConnection = (): Pick<Slot, "transport" | "client"> => {
-      const pool = perSlot ? http1PoolFor(core.transport.server) : null;
+    this.#connect = (server: string): Pick<Slot, "transport" | "client"> => {
+      const settings = { server, token: options.token };
+      const pool = perSlot ? http1PoolFor(server) : null;
       if (pool) return { transport: new Transport(settings, pool.exchange), client: pool };
-      if (!httpClient) return { transport: core.transport, client: null };
+      if (!httpClient) {
+        // The shared fetch pool: the worker's transport, or one more for a node's address.
+        const transport = server === core.transport.server
+          ? core.transport
+          : new Transport({ ...settings, fetch: options.fetch });
+        return { transport, client: null };
+      }
       const client = httpClient({ poolMaxIdlePerHost: 1 });
       const transport = new Transport({
         ...settings,
@@ -97,13 +115,26 @@ export class Slots {
       });
       return { transport, client };
     };
-    this.#slots = Array.from({ length: options.concurrency }, () => ({
-      ...ownConnection(),
+    this.#slots = Array.from({ length: options.concurrency }, (_, index) => ({
+      index,
+      target: null,
+      ...this.#connect(core.transport.server),
       poll: null,
       chain: null,
       pollsOver: deferred(),
     }));
     this.connectionPerSlot = this.#slots[0]!.client !== null;
+    this.nodes = new Nodes(core, {
+      enabled: options.spreadOverNodes !== false,
+      refreshMs: options.nodeRefreshMs ?? 5_000,
+      onLeft: (left) => {
+        for (const slot of this.#slots) {
+          if (slot.target !== null && left.has(slot.target)) {
+            slot.poll?.controller.abort(new Rerouted());
+          }
+        }
+      },
+    });
   }
 
   /** Whether the slots' loops were started. */
@@ -111,10 +142,19 @@ export class Slots {
     return this.#started;
   }
 
-  /** Starts every slot's loop. */
+  /** Starts every slot's loop (after `nodes.start()` read the cluster's live nodes). */
   start(): void {
     this.#started = true;
     for (const slot of this.#slots) void this.#runSlot(slot);
+  }
+
+  /** Points the slot at the node it should talk to now (a new connection when that changed). */
+  #route(slot: Slot): void {
+    const target = this.nodes.targetFor(slot.index);
+    if (target === slot.target) return;
+    slot.client?.close();
+    Object.assign(slot, this.#connect(target ?? this.#core.transport.server));
+    slot.target = target;
   }
 
   /** Resolves when no slot will poll again (after stopping began). */
@@ -129,8 +169,9 @@ export class Slots {
     }
   }
 
-  /** Closes the slots' own connections. */
+  /** Closes the slots' own connections and stops reading the live nodes. */
   close(): void {
+    this.nodes.stop();
     for (const slot of this.#slots) slot.client?.close();
   }
 
@@ -171,11 +212,17 @@ export class Slots {
       if (queued) {
         tasks = [queued];
       } else {
+        this.#route(slot);
         try {
           tasks = await this.#poll(slot, stop);
           backoff.reset();
         } catch (err) {
           if (err instanceof Stopped || stop.aborted) break;
+          if (slot.target !== null && err instanceof OrbitConnectionError) {
+            // The node's address does not answer: the configured address meanwhile, at once.
+            this.nodes.unreachable(slot.target, err.reason);
+            continue;
+          }
           const delay = backoff.next();
           const level = isRetryable(err) ? "warn" : "error";
           core.logger[level](
@@ -235,7 +282,7 @@ export class Slots {
         this.#session.forget(sessionId, "poll");
         return [];
       }
-      if (err instanceof SessionLost && !stop.aborted) return [];
+      if ((err instanceof SessionLost || err instanceof Rerouted) && !stop.aborted) return [];
       if (stop.aborted) throw new Stopped();
       throw err;
     } finally {

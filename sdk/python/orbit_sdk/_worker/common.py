@@ -65,7 +65,11 @@ class _WorkerBase:
     _ensure_session: Callable[[], str]  # session
     _forget_session: Callable[[str, str], None]  # session
     _execute: Callable[[Dict[str, Any]], Outcome]  # execute
-    _deliver: Callable[[Dict[str, Any], Outcome, bool], List[Any]]  # report
+    _deliver: Callable[..., List[Any]]  # report
+    _slot_transport: Callable[[int], Transport]  # nodes
+    _node_unreachable_now: Callable[[int, str], bool]  # nodes
+    _slot_targets: Dict[int, Optional[str]]  # nodes
+    _node_transports: Dict[str, Transport]  # nodes
     _heartbeat_once: Callable[[], Optional[BaseException]]  # heartbeat
 
     def _pause(self, seconds: float, wakes: int) -> None:

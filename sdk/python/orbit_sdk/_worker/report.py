@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from .._http import format_seconds
-from ..errors import OrbitApiError, OrbitError, is_retryable
+from .._http import Transport, format_seconds
+from ..errors import OrbitApiError, OrbitConnectionError, OrbitError, is_retryable
 from ..task import Outcome, fail_outcome
 from .common import _WorkerBase
 
@@ -15,9 +15,14 @@ class _ReportRole(_WorkerBase):
     """Delivers each result exactly once (or gives it up when the worker stops), substituting a
     small failure for a result the runtime refuses or that is not JSON."""
 
-    def _deliver(self, task: Dict[str, Any], outcome: Outcome, take: bool) -> List[Any]:
+    def _deliver(
+        self, task: Dict[str, Any], outcome: Outcome, take: bool, via: Optional[Transport] = None
+    ) -> List[Any]:
         """Reports a result until it is delivered or the worker gives up on it; with ``take``
-        the first request asks for one next attempt. Answers the attempts the answer carried."""
+        the first request asks for one next attempt. Answers the attempts the answer carried.
+        The first request goes on ``via`` (the slot's node, which handed the attempt out) when
+        given; retries go to the configured address, which reaches a live server."""
+        transport = via or self._transport
         backoff = self._new_backoff()
         token = task["token"]
         substituted = False  # the result was already replaced by a small failure
@@ -56,9 +61,16 @@ class _ReportRole(_WorkerBase):
                 substituted = True
                 continue
             try:
-                res = self._transport.post(path, payload, timeout=self.request_timeout_s)
+                res = transport.post(path, payload, timeout=self.request_timeout_s)
             except OrbitError as err:
                 take = False  # retries do not ask for more work
+                direct = transport is not self._transport
+                transport = self._transport
+                if direct and isinstance(err, OrbitConnectionError):
+                    # A node's own address did not answer (it left or died): the configured
+                    # address reaches a live server at once, which hands the result to the
+                    # execution's new owner before that owner redelivers the attempt.
+                    continue
                 if self._abandon.is_set():
                     self.logger.warning("giving up reporting the result of %s (worker stopped)", token)
                     return []

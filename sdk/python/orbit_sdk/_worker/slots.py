@@ -6,7 +6,7 @@ import logging
 from typing import Any, Dict, List, Optional
 
 from .._http import Abort, Backoff, RequestAborted, format_seconds
-from ..errors import is_retryable, is_unknown_session
+from ..errors import OrbitConnectionError, is_retryable, is_unknown_session
 from ..task import fail_outcome
 from .common import _Inflight, _snippet, _Stopped, _WorkerBase
 
@@ -30,7 +30,7 @@ class _SlotsRole(_WorkerBase):
                     if task is None:
                         continue
                 try:
-                    self._run_chain(task)
+                    self._run_chain(task, slot)
                 except Exception:  # a bug here must not kill the slot
                     self.logger.exception("internal error running %s", task.get("token"))
         finally:
@@ -52,25 +52,28 @@ class _SlotsRole(_WorkerBase):
             self._pause(backoff.next(), wakes)
             return None
         abort = Abort()
+        transport = self._slot_transport(slot)
         with self._lock:
             if self._stopping.is_set():
                 return None
             self._polls[slot] = (session, abort)
         try:
-            res = self._transport.post(
+            res = transport.post(
                 "/v1/workers/poll",
                 {"session_id": session, "max_tasks": 1, "wait_s": self.poll_wait_s},
                 timeout=self.poll_wait_s + 15,
                 abort=abort,
             )
         except RequestAborted:
-            return None  # stopping, or the session was found unknown elsewhere
+            return None  # stopping, the session was found unknown elsewhere, or the node left
         except Exception as err:
             if is_unknown_session(err):
                 self._forget_session(session, "poll")
                 return None
             if self._stopping.is_set():
                 return None
+            if isinstance(err, OrbitConnectionError) and self._node_unreachable_now(slot, str(err)):
+                return None  # the node's address does not answer: the configured one, at once
             delay = backoff.next()
             level = logging.WARNING if is_retryable(err) else logging.ERROR
             self.logger.log(
@@ -119,9 +122,9 @@ class _SlotsRole(_WorkerBase):
                 self._backlog.append(task)
         return first
 
-    def _run_chain(self, task: Dict[str, Any]) -> None:
-        """Runs an attempt and reports it on this slot's connection; when the report hands out
-        the next attempt, runs that one in the same slot."""
+    def _run_chain(self, task: Dict[str, Any], slot: int) -> None:
+        """Runs an attempt and reports it on this slot's connection (to the node that handed it
+        out); when the report hands out the next attempt, runs that one in the same slot."""
         current: Optional[Dict[str, Any]] = task
         try:
             while current is not None:
@@ -136,7 +139,10 @@ class _SlotsRole(_WorkerBase):
                     if entry is not None:
                         entry.handler_done = True
                 take = not self._stopping.is_set()
-                following = self._deliver(current, outcome, take)
+                with self._lock:
+                    target = self._slot_targets.get(slot)
+                    via = self._node_transports.get(target) if target else None
+                following = self._deliver(current, outcome, take, via)
                 with self._lock:
                     self._inflight.pop(token, None)
                     self._running -= 1

@@ -1,0 +1,240 @@
+/**
+ * A TypeScript SDK worker in a shared cluster spreads its slots over the live servers
+ * (`spreadOverNodes`, sdk/typescript/worker/nodes.ts): two real shared servers on one real
+ * PostgreSQL, the worker configured with the first server's address only. Its slots poll both
+ * servers at the addresses `/v1/health` advertises, each server hands out the tasks of the
+ * executions it owns, and no result is forwarded between them. When a server dies, its slots
+ * move to the configured address at once and the work goes on; a server whose advertised
+ * address does not answer is left out. The Python SDK's worker (a real `python3` process) does
+ * the same.
+ */
+import assert from "node:assert/strict";
+import { api, waitFor } from "./support/server.ts";
+import { sharedPostgres } from "./support/pg.ts";
+import {
+  type NodeProcess,
+  type NodeProcessOptions,
+  type SharedCluster,
+  startSharedCluster,
+  tail,
+} from "./support/shared_cluster.ts";
+import { defineTask, Worker } from "../sdk/typescript/mod.ts";
+import { recordingLogger } from "../sdk/typescript/testing/helpers.ts";
+
+const T = { sanitizeOps: false, sanitizeResources: false };
+
+const TWO_STEPS = {
+  ir: "orbit-ir/1",
+  name: "SpreadSteps",
+  version: "1.0.0",
+  steps: [
+    { id: "a", task: "t.spread", contract: "1", input: "{% $input %}" },
+    { id: "b", task: "t.spread", contract: "1", input: "{% $steps.a %}" },
+  ],
+};
+
+async function withTwo(
+  fn: (c: SharedCluster) => Promise<void>,
+  o: NodeProcessOptions = {},
+): Promise<void> {
+  const db = await (await sharedPostgres()).createDatabase();
+  const c = await startSharedCluster({ db, nodes: 2, proxy: false, ...o });
+  try {
+    await fn(c);
+  } catch (e) {
+    console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
+    throw e;
+  } finally {
+    await c.close();
+  }
+}
+
+/** A worker on `server` whose task echoes its input and counts its attempts. */
+function spreadWorker(server: string, seen: string[]) {
+  const logger = recordingLogger();
+  const worker = new Worker({
+    server,
+    workerId: "spread-worker",
+    concurrency: 4,
+    pollWaitS: 5,
+    nodeRefreshMs: 200,
+    heartbeatMs: 500,
+    backoff: { initialMs: 50, maxMs: 500 },
+    logger,
+    tasks: [
+      defineTask({
+        name: "t.spread",
+        contract: "1",
+        handler: (input: unknown, ctx) => {
+          seen.push(`${ctx.executionId}/${ctx.step}`);
+          return input;
+        },
+      }),
+    ],
+  });
+  return { worker, logger };
+}
+
+/** Starts `id` through `base` (that server owns it) and waits until it completed. */
+async function runOne(base: string, id: string): Promise<void> {
+  const end = Date.now() + 10_000;
+  for (;;) {
+    const r = await api(base).post("/v1/executions", {
+      workflow: "SpreadSteps",
+      execution_id: id,
+      input: { id },
+    });
+    if (r.status === 201) break;
+    // The other server may not have read the definition yet.
+    if (r.status === 404 && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 100));
+      continue;
+    }
+    assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+  const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
+  assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
+}
+
+/** Every server was polled, and none forwarded a result or a claimed task to another. */
+async function assertPolledAndNothingForwarded(nodes: NodeProcess[]): Promise<void> {
+  for (const n of nodes) {
+    assert.ok(await n.metric("orbit_poll_latency_seconds_count") > 0, `${n.id}: no polls`);
+    for (const kind of ["complete", "fail", "dispatched"]) {
+      assert.equal(
+        await n.metric("orbit_commands_forwarded_total", `{kind="${kind}"}`),
+        0,
+        `${n.id} forwarded ${kind}`,
+      );
+    }
+  }
+}
+
+Deno.test({
+  ...T,
+  name: "shared: a worker given one server's address polls every live server, and each " +
+    "server's results stay on it",
+  fn: () =>
+    withTwo(async (c) => {
+      const [one, two] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
+      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+      const seen: string[] = [];
+      const { worker, logger } = spreadWorker(one.url, seen);
+      await worker.start();
+      try {
+        assert.deepEqual([...worker.nodeAddresses], [one.url, two.url].sort());
+        assert.match(logger.text(), /slots spread over 2 node\(s\)/);
+        // One at a time, alternately owned by each server: every task goes to a slot polling
+        // its owner, whose result comes back to it.
+        for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `spread-${i}`);
+        assert.equal(seen.length, 20);
+        await assertPolledAndNothingForwarded([one, two]);
+
+        // The second server dies: its slots move to the configured address at once, and the
+        // live list loses it once its heartbeat is older than the node timeout.
+        await two.kill(); // SIGKILL
+        for (let i = 10; i < 14; i++) await runOne(one.url, `spread-${i}`);
+        await waitFor(
+          () => worker.nodeAddresses.length === 1,
+          "the worker to read one live node",
+          20_000,
+          50,
+        );
+        assert.deepEqual([...worker.nodeAddresses], [one.url]);
+        for (let i = 14; i < 18; i++) await runOne(one.url, `spread-${i}`);
+        assert.equal(seen.length, 36);
+        assert.equal(new Set(seen).size, 36, "an attempt ran twice");
+      } finally {
+        await worker.stop({ timeoutMs: 5_000 });
+      }
+    }),
+});
+
+Deno.test({
+  ...T,
+  name: "shared: a server whose advertised address does not answer is left out; its " +
+    "executions' tasks still run",
+  fn: async () => {
+    // A port that nothing listens on: taken, then closed.
+    const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const dead = `http://127.0.0.1:${(l.addr as Deno.NetAddr).port}`;
+    l.close();
+    const db = await (await sharedPostgres()).createDatabase();
+    const c = await startSharedCluster({ db, nodes: 1, proxy: false });
+    try {
+      const one = c.nodes[0]!;
+      const two = await c.addNode("node-2", { args: ["--advertise-addr", dead] });
+      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+      const seen: string[] = [];
+      const { worker, logger } = spreadWorker(one.url, seen);
+      await worker.start();
+      try {
+        assert.deepEqual([...worker.nodeAddresses], [one.url, dead].sort());
+        for (let i = 0; i < 6; i++) await runOne(i % 2 ? two.url : one.url, `dead-${i}`);
+        assert.equal(seen.length, 12);
+        assert.match(logger.text(), new RegExp(`node ${dead} did not answer`));
+      } finally {
+        await worker.stop({ timeoutMs: 5_000 });
+      }
+    } catch (e) {
+      console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
+      throw e;
+    } finally {
+      await c.close();
+    }
+  },
+});
+
+const PYTHON_WORKER = `
+import logging, sys
+sys.path.insert(0, sys.argv[2])
+from orbit_sdk import Worker
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stdout)
+w = Worker(sys.argv[1], "spread-py", concurrency=4, poll_wait_s=5, node_refresh_s=0.2)
+
+@w.task("t.spread", contract="1")
+def spread(value, ctx):
+    print("ran", ctx.execution_id, ctx.step, flush=True)
+    return value
+
+w.run()
+`;
+
+Deno.test({
+  ...T,
+  name: "shared: a Python worker given one server's address polls every live server, and " +
+    "each server's results stay on it",
+  fn: () =>
+    withTwo(async (c) => {
+      const [one, two] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
+      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+      const sdk = new URL("../sdk/python", import.meta.url).pathname;
+      const child = new Deno.Command("python3", {
+        args: ["-u", "-c", PYTHON_WORKER, one.url, sdk],
+        env: { PYTHONDONTWRITEBYTECODE: "1" },
+        stdin: "null",
+        stdout: "piped",
+        stderr: "inherit",
+      }).spawn();
+      let out = "";
+      const pump = (async () => {
+        for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) out += chunk;
+      })();
+      try {
+        await waitFor(() => /slots spread over 2 node\(s\)/.test(out), "the spread line", 20_000);
+        assert.ok(
+          out.includes(`slots spread over 2 node(s): ${[one.url, two.url].sort().join(", ")}`),
+          out,
+        );
+        for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `py-spread-${i}`);
+        assert.equal(out.split("\n").filter((l) => l.startsWith("ran ")).length, 20, out);
+        await assertPolledAndNothingForwarded([one, two]);
+      } finally {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* gone */ }
+        await child.status;
+        await pump;
+      }
+    }),
+});
