@@ -93,6 +93,9 @@ const { values } = parseArgs({
     "no-proxy": { type: "boolean", default: false },
     // Without the proxy: client i on server i % N, worker process j on server j % N.
     spread: { type: "boolean", default: false },
+    // TypeScript workers keep every slot on the address they were given (ORDER_SPREAD=0)
+    // instead of spreading them over the shared servers' advertised addresses (the default).
+    "pin-workers": { type: "boolean", default: false },
     // Each server in a cgroup of its own capped at that many CPUs (bench/cgroup.ts).
     "server-cpus": { type: "string" },
     // Executions started first that wait for a signal the whole run (how the cost grows with
@@ -206,6 +209,7 @@ async function bench(store: "sqlite" | "postgres") {
         ORDER_TRACE: "0",
         ORDER_CONCURRENCY: values.concurrency,
         ORDER_WORKER_ID: `bench-${i}`,
+        ...(values["pin-workers"] ? { ORDER_SPREAD: "0" } : {}),
       }),
   );
   const grpcAddr = grpcCount > 0

@@ -15,10 +15,13 @@
  * In the cluster modes clients and workers go through the round-robin ready proxy
  * (tests/support/ready_proxy.ts, HAProxy's role); workers always go through a fault proxy
  * (chaos/fault_proxy.ts) in front of that entry, so worker↔server links can be faulted too.
+ * In shared mode each server also advertises (`--advertise-addr`) a fault proxy of its own in
+ * front of it, which the SDK workers spread their slots over (`spreadOverNodes`): a worker-link
+ * fault hits the entry's proxy and every server's at once.
  */
 import { type ServerProcess, startServer } from "../tests/support/server.ts";
 import { type ReadyProxy, startReadyProxy } from "../tests/support/ready_proxy.ts";
-import { type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
+import { fanOut, type FaultProxy, startFaultProxy } from "./fault_proxy.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
@@ -38,6 +41,8 @@ export interface ServerNode {
   paused: boolean;
   /** Every log line of every process this node ran as. */
   readonly logs: string[];
+  /** Shared mode: the fault proxy this server advertises (workers' direct link to it). */
+  link: FaultProxy | null;
   /** Processes started for this node id. */
   starts: number;
   /** Shared mode: the file its processes' `shared: appended` lines go to. */
@@ -94,9 +99,10 @@ export class Deployment {
     return `http://${this.#singleAddr}`;
   }
 
-  /** The fault proxy between workers and the entry. */
+  /** The fault proxies between workers and servers: the entry's and each server's own. */
   get workerLink(): FaultProxy {
-    return this.#workerLink!;
+    const entry = this.#workerLink!;
+    return fanOut(() => [entry, ...this.nodes.flatMap((n) => (n.link ? [n.link] : []))]);
   }
 
   serverArgs(id: string): string[] {
@@ -138,6 +144,8 @@ export class Deployment {
         logs: [],
         starts: 0,
         appendLog: this.mode === "shared" ? `${this.dir}/appends-node-${i}.log` : null,
+        // Pointed at the server once it listens (and again after each restart).
+        link: this.mode === "shared" ? startFaultProxy({ hostname: "127.0.0.1", port: 1 }) : null,
       });
     }
     // One at a time: the first becomes the leader in standby mode, which keeps starts quick.
@@ -176,9 +184,10 @@ export class Deployment {
       appends += line + "\n";
       return false;
     };
+    const advertise = node.link ? ["--advertise-addr", `http://127.0.0.1:${node.link.port}`] : [];
     const proc = await startServer({
       db: this.serverDb,
-      args: this.serverArgs(node.id),
+      args: [...this.serverArgs(node.id), ...advertise],
       ...(this.#singleAddr ? { addr: this.#singleAddr } : {}),
       onLine,
     });
@@ -198,7 +207,9 @@ export class Deployment {
       copy();
     });
     node.proc = proc;
-    if (!this.clustered) this.#singleAddr = new URL(proc.url).host;
+    const url = new URL(proc.url);
+    node.link?.retarget({ hostname: url.hostname, port: Number(url.port) });
+    if (!this.clustered) this.#singleAddr = url.host;
     this.#lb?.setBackends(this.nodes.filter((x) => x.proc).map((x) => x.proc!.url));
   }
 
@@ -247,6 +258,8 @@ export class Deployment {
       w.logFile,
       "--worker-id",
       w.id,
+      // Attach mode: the deployment's own addresses are not behind this run's fault proxies.
+      ...(this.attach ? ["--no-spread"] : []),
     ];
     const py = w.runtime === "py";
     const child = new Deno.Command(py ? "python3" : Deno.execPath(), {
@@ -315,6 +328,13 @@ export class Deployment {
     }
   }
 
+  /** Connections the workers opened, per link: `entry` and, in shared mode, each server's. */
+  workerConnections(): Record<string, number> {
+    const out: Record<string, number> = { entry: this.#workerLink?.accepted ?? 0 };
+    for (const n of this.nodes) if (n.link) out[n.id] = n.link.accepted;
+    return out;
+  }
+
   /** Every log line of every server, with its node id. */
   serverLogs(): { node: string; line: string }[] {
     return this.nodes.flatMap((n) => n.logs.map((line) => ({ node: n.id, line })));
@@ -331,6 +351,7 @@ export class Deployment {
       w.child = null;
     }
     await this.#workerLink?.close();
+    for (const n of this.nodes) await n.link?.close();
     await this.#lb?.close();
     for (const n of this.nodes) {
       if (!n.proc) continue;

@@ -20,6 +20,8 @@ export interface FaultProxy {
   readonly port: number;
   /** The number of connections open now. */
   readonly open: number;
+  /** The number of connections accepted since it started. */
+  readonly accepted: number;
   delay(ms: number): void;
   drop(): number;
   blackhole(): void;
@@ -52,6 +54,7 @@ export function startFaultProxy(target: { hostname: string; port: number }): Fau
   let delayMs = 0;
   let holed = false;
   let closed = false;
+  let accepted = 0;
 
   const end = (l: Link) => {
     links.delete(l);
@@ -103,6 +106,7 @@ export function startFaultProxy(target: { hostname: string; port: number }): Fau
       for await (const client of listener) {
         const l: Link = { client, server: null, tainted: false };
         links.add(l);
+        accepted++;
         // The client's first bytes wait in the socket until the link is connected.
         void connect(l);
       }
@@ -113,6 +117,9 @@ export function startFaultProxy(target: { hostname: string; port: number }): Fau
     port,
     get open() {
       return links.size;
+    },
+    get accepted() {
+      return accepted;
     },
     delay(ms) {
       delayMs = ms;
@@ -140,6 +147,35 @@ export function startFaultProxy(target: { hostname: string; port: number }): Fau
       listener.close();
       for (const l of [...links]) end(l);
       await serving;
+    },
+  };
+}
+
+/**
+ * One fault over several proxies at once (the worker links of a shared cluster: the entry's and
+ * each server's advertised address), read when used so that proxies added later are included.
+ */
+export function fanOut(proxies: () => FaultProxy[]): FaultProxy {
+  const all = () => proxies();
+  return {
+    get port() {
+      return all()[0]!.port;
+    },
+    get open() {
+      return all().reduce((n, p) => n + p.open, 0);
+    },
+    get accepted() {
+      return all().reduce((n, p) => n + p.accepted, 0);
+    },
+    delay: (ms) => all().forEach((p) => p.delay(ms)),
+    drop: () => all().reduce((n, p) => n + p.drop(), 0),
+    blackhole: () => all().forEach((p) => p.blackhole()),
+    heal: () => all().forEach((p) => p.heal()),
+    retarget() {
+      throw new Error("fanOut: retarget each proxy on its own");
+    },
+    close: async () => {
+      for (const p of all()) await p.close();
     },
   };
 }

@@ -88,6 +88,8 @@ export interface ChaosReport {
   faultCount: number;
   /** Longest time from a fault to the system serving again (ms). */
   slowestRecoveryMs: number;
+  /** Connections the workers opened per link (`entry`, and each server's in shared mode). */
+  workerConnections: Record<string, number>;
   check: CheckResult;
   violations: Violation[];
   /** Each violation with its events and the faults around it. */
@@ -285,6 +287,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       faults: scheduler.counts,
       faultCount: scheduler.faults.length,
       slowestRecoveryMs: Math.max(0, ...recoveries),
+      workerConnections: deployment.workerConnections(),
       check: result,
       violations: result.violations,
       details,
@@ -354,6 +357,9 @@ export function summary(r: ChaosReport): string {
       r.driver.longestStallFromMs
         ? ` (from ${new Date(r.driver.longestStallFromMs).toISOString()})`
         : ""
+    }`,
+    `  worker connections: ${
+      Object.entries(r.workerConnections).map(([k, v]) => `${k}=${v}`).join(" ")
     }`,
     `  requests unanswered before their deadline=${r.driver.unanswered}; violations=${r.violations.length}`,
   ].join("\n");

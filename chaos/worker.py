@@ -27,10 +27,17 @@ parser.add_argument("--server", required=True)
 parser.add_argument("--log", required=True)
 parser.add_argument("--worker-id", default="chaos-python")
 parser.add_argument("--max-delay-ms", type=int, default=200)
+# In a shared cluster the slots spread over the servers' advertised addresses (the SDK's
+# default); --no-spread keeps them on --server (attach mode: only that link is the run's).
+parser.add_argument("--no-spread", action="store_true")
 args = parser.parse_args()
 
 worker = Worker(
-    args.server, args.worker_id, concurrency=8, token=os.environ.get("ORBIT_TOKEN") or None
+    args.server,
+    args.worker_id,
+    concurrency=8,
+    token=os.environ.get("ORBIT_TOKEN") or None,
+    spread_over_nodes=not args.no_spread,
 )
 
 

@@ -5,6 +5,10 @@
  * history to an attempt a worker really executed.
  *
  *   deno run -A chaos/worker.ts --server URL --log FILE [--worker-id ID] [--max-delay-ms N]
+ *     [--no-spread]
+ *
+ * In a shared cluster the slots spread over the servers' advertised addresses (the SDK's
+ * default); `--no-spread` keeps them on `--server` (attach mode: only that link is the run's).
  *
  * A bearer token, when the server wants one, comes from `ORBIT_TOKEN` (attach mode).
  *
@@ -22,6 +26,7 @@ const server = flag("--server") ?? "http://127.0.0.1:7233";
 const logFile = flag("--log") ?? "chaos-worker.log";
 const workerId = flag("--worker-id") ?? "chaos-worker";
 const maxDelayMs = Number(flag("--max-delay-ms") ?? 200);
+const spreadOverNodes = !Deno.args.includes("--no-spread");
 const enc = new TextEncoder();
 
 function logged<I, O>(task: string, fn: (input: I, ctx: TaskContext) => O) {
@@ -132,7 +137,14 @@ const tasks = [
 ];
 
 const token = Deno.env.get("ORBIT_TOKEN");
-const worker = new Worker({ server, workerId, tasks, concurrency: 8, ...(token ? { token } : {}) });
+const worker = new Worker({
+  server,
+  workerId,
+  tasks,
+  concurrency: 8,
+  spreadOverNodes,
+  ...(token ? { token } : {}),
+});
 let stopping = false;
 const stop = () => {
   if (stopping) Deno.exit(130);

@@ -33,6 +33,13 @@ async function profile(o: ChaosOptions & { maxStallMs?: number }): Promise<void>
     assert.ok((report.faults[kind] ?? 0) >= 1, `fault ${kind} was never injected:\n${out}`);
   }
   assert.ok(report.driver.ordersDone > 0, `no order finished:\n${out}`);
+  if (o.mode === "shared") {
+    // The workers spread their slots over every server's own (advertised) address.
+    for (const [link, n] of Object.entries(report.workerConnections)) {
+      assert.ok(n > 0, `no worker connection on ${link}:\n${out}`);
+    }
+    assert.ok(Object.keys(report.workerConnections).length > 1, out);
+  }
   assert.equal(report.driver.ordersDone, report.driver.ordersStarted, out);
   assert.ok(report.check.occurrences > 0, `no schedule occurrence:\n${out}`);
   if (o.maxStallMs !== undefined) {
