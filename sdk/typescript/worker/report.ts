@@ -10,8 +10,9 @@ import type { Session } from "./session.ts";
  * With `slot` (a held concurrency slot), the first request also asks for one next task
  * (`session_id`, `max_tasks: 1`), which the runtime may hand out in its answer; `slot` is
  * called to give the slot up before any retry. Returns the tasks the answer carried. The first
- * request goes on `transport` (the slot's connection, to the node that handed the task out);
- * retries go to the configured address, which reaches a live server when that node is gone.
+ * request goes on `transport` (the slot's connection, to the server that handed the task out);
+ * retries go to the configured address, at once when `direct` (that server's own advertised
+ * address did not answer: it left or died; the configured address reaches a live server).
  */
 export async function deliver(
   core: WorkerCore,
@@ -20,6 +21,7 @@ export async function deliver(
   task: PolledTask,
   outcome: Outcome,
   slot: (() => void) | null,
+  direct = false,
 ): Promise<PolledTask[]> {
   let current = outcome;
   let substituted = false;
@@ -65,9 +67,9 @@ export async function deliver(
       // Retries do not hold a slot: the answer may take long while the runtime is away.
       slot?.();
       slot = null;
-      const direct = via !== core.transport;
+      const first = via !== core.transport;
       via = core.transport;
-      if (direct && err instanceof OrbitConnectionError) {
+      if (first && direct && err instanceof OrbitConnectionError) {
         // A node's own address did not answer (it left or died): the configured address
         // reaches a live server at once, which hands the result to the execution's new owner
         // before that owner redelivers the attempt.

@@ -342,6 +342,7 @@ export class Slots {
             task,
             outcome,
             held ? release : null,
+            slot.target !== null,
           );
           if (held) {
             held = false;
