@@ -185,6 +185,90 @@ Deno.test({
   },
 });
 
+const SLOW = {
+  ir: "orbit-ir/1",
+  name: "SpreadSlow",
+  version: "1.0.0",
+  steps: [{ id: "a", task: "t.slow", contract: "1", input: "{% $input %}" }],
+};
+
+Deno.test({
+  ...T,
+  name: "shared: a result held by a paused server goes to the given address once that server " +
+    "leaves the live list, before its attempt is redelivered",
+  fn: () =>
+    withTwo(async (c) => {
+      const [one, two] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
+      assert.equal((await api(one.url).post("/v1/workflows", SLOW)).status, 201);
+      let runs = 0;
+      let started!: () => void;
+      const running = new Promise<void>((r) => (started = r));
+      let finish!: () => void;
+      const finished = new Promise<void>((r) => (finish = r));
+      const logger = recordingLogger();
+      const worker = new Worker({
+        server: one.url,
+        workerId: "held-worker",
+        // One slot per server: node-2's own slot takes the task of the execution it owns.
+        concurrency: 2,
+        pollWaitS: 5,
+        nodeRefreshMs: 200,
+        heartbeatMs: 500,
+        // Far past the takeover and the redelivery that follows it: only the cut ends it.
+        requestTimeoutMs: 60_000,
+        backoff: { initialMs: 50, maxMs: 500 },
+        logger,
+        tasks: [
+          defineTask({
+            name: "t.slow",
+            contract: "1",
+            handler: async (input: unknown) => {
+              runs++;
+              started();
+              await finished;
+              return input;
+            },
+          }),
+        ],
+      });
+      await worker.start();
+      try {
+        assert.equal(worker.nodeAddresses.length, 2);
+        let r = await api(two.url).post("/v1/executions", {
+          workflow: "SpreadSlow",
+          execution_id: "held-1",
+          input: { n: 1 },
+        });
+        for (let i = 0; r.status === 404 && i < 100; i++) {
+          await new Promise((r) => setTimeout(r, 100));
+          r = await api(two.url).post("/v1/executions", {
+            workflow: "SpreadSlow",
+            execution_id: "held-1",
+            input: { n: 1 },
+          });
+        }
+        assert.equal(r.status, 201, JSON.stringify(r.body));
+        await running;
+        // node-2 stops answering with the result on its way to it.
+        two.pause();
+        const paused = Date.now();
+        finish();
+        const w = await api(one.url).get("/v1/executions/held-1/wait?timeout_s=30");
+        assert.equal(w.body.status, "completed", JSON.stringify(w.body));
+        const took = Date.now() - paused;
+        assert.ok(took < 15_000, `completed ${took} ms after the pause`);
+        assert.equal(runs, 1, "the attempt ran again");
+        const h = await api(one.url).get("/v1/executions/held-1/history");
+        const types = (h.body.events as { type: string }[]).map((e) => e.type);
+        assert.equal(types.includes("StepAttemptUncertain"), false, types.join(", "));
+      } finally {
+        two.resume();
+        finish();
+        await worker.stop({ timeoutMs: 5_000 });
+      }
+    }),
+});
+
 const PYTHON_WORKER = `
 import logging, sys
 sys.path.insert(0, sys.argv[2])

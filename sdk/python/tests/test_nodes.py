@@ -87,17 +87,22 @@ class RouterTest(unittest.TestCase):
             now[0] += 0.001
             self.assertEqual(w._target_for(1), "http://b")
 
-    def test_the_polls_of_a_node_that_left_end_at_once(self) -> None:
+    def test_the_polls_and_deliveries_of_a_node_that_left_end_at_once(self) -> None:
         w = worker()
         w._nodes_update(["http://a", "http://b"])
         w._slot_transport(0)
         w._slot_transport(1)
         aborts = [Abort(), Abort()]
         w._polls = {0: ("s", aborts[0]), 1: ("s", aborts[1])}
+        # A result on its way to the node that leaves is cut too (then sent to the given address).
+        deliveries = [Abort(), Abort()]
+        w._deliveries = {0: deliveries[0], 1: deliveries[1]}
         with self.assertLogs("orbit", "INFO") as logs:
             w._nodes_update(["http://a", "http://c"])
         self.assertFalse(aborts[0].aborted)
         self.assertTrue(aborts[1].aborted)
+        self.assertFalse(deliveries[0].aborted)
+        self.assertTrue(deliveries[1].aborted)
         self.assertIn("slots spread over 2 node(s): http://a, http://c", "\n".join(logs.output))
 
     def test_no_spreading_reads_no_health(self) -> None:

@@ -10,7 +10,9 @@
  * that workers with few slots do not all start on the same node. A node whose address does not
  * answer (advertised addresses the worker cannot reach, a node that died) is set aside for
  * {@link UNREACHABLE_MS} and its slots use the configured address meanwhile; a node that leaves
- * the live list has its slots' polls ended so that they move at once. Anything else (a single
+ * the live list has its slots' polls ended so that they move at once, and the results on their
+ * way to it sent to the configured address instead (a paused node would hold them until the
+ * request's timeout, past the new owner's redelivery of their attempts). Anything else (a single
  * server, a standby cluster, a health answer without addresses) keeps every slot on the
  * configured address.
  */

@@ -3,6 +3,7 @@
 import { isRetryable, OrbitApiError, OrbitConnectionError } from "../errors.ts";
 import { Backoff, formatSeconds, sleep, type Transport } from "../http.ts";
 import { describe, type Outcome, type PolledTask, type WorkerCore } from "./common.ts";
+import { Rerouted } from "./nodes.ts";
 import type { Session } from "./session.ts";
 
 /**
@@ -12,7 +13,9 @@ import type { Session } from "./session.ts";
  * called to give the slot up before any retry. Returns the tasks the answer carried. The first
  * request goes on `transport` (the slot's connection, to the server that handed the task out);
  * retries go to the configured address, at once when `direct` (that server's own advertised
- * address did not answer: it left or died; the configured address reaches a live server).
+ * address did not answer: it left or died; the configured address reaches a live server). `cut`
+ * ends that first request when the server leaves the cluster's live list while it waits (a
+ * paused server holds it until the request's timeout otherwise).
  */
 export async function deliver(
   core: WorkerCore,
@@ -22,6 +25,7 @@ export async function deliver(
   outcome: Outcome,
   slot: (() => void) | null,
   direct = false,
+  cut?: AbortSignal,
 ): Promise<PolledTask[]> {
   let current = outcome;
   let substituted = false;
@@ -37,11 +41,12 @@ export async function deliver(
       ? { token: task.token, output: current.output, ...take }
       : { token: task.token, error: current.error, ...take };
     try {
+      const first = via !== core.transport;
       const res = await via.post<{ accepted?: boolean; tasks?: PolledTask[] } | null>(
         path,
         body,
         {
-          signal: abandon,
+          signal: first && direct && cut ? AbortSignal.any([abandon, cut]) : abandon,
           timeoutMs: core.requestTimeoutMs,
         },
       );
@@ -69,7 +74,7 @@ export async function deliver(
       slot = null;
       const first = via !== core.transport;
       via = core.transport;
-      if (first && direct && err instanceof OrbitConnectionError) {
+      if (first && direct && (err instanceof OrbitConnectionError || err instanceof Rerouted)) {
         // A node's own address did not answer (it left or died): the configured address
         // reaches a live server at once, which hands the result to the execution's new owner
         // before that owner redelivers the attempt.

@@ -41,6 +41,8 @@ interface Slot {
   /** The slot's own connection (closed when the worker stops), when the runtime offers one. */
   client: { close(): void } | null;
   poll: { sessionId: string; controller: AbortController } | null;
+  /** Ends the first delivery of a result to the slot's server when that server leaves. */
+  delivery: AbortController | null;
   /** The task this slot runs and the ones that follow it from results' answers. */
   chain: Promise<void> | null;
   /** Resolved when the slot will not poll again (the worker is stopping). */
@@ -120,6 +122,7 @@ export class Slots {
       target: null,
       ...this.#connect(core.transport.server),
       poll: null,
+      delivery: null,
       chain: null,
       pollsOver: deferred(),
     }));
@@ -131,6 +134,7 @@ export class Slots {
         for (const slot of this.#slots) {
           if (slot.target !== null && left.has(slot.target)) {
             slot.poll?.controller.abort(new Rerouted());
+            slot.delivery?.abort(new Rerouted());
           }
         }
       },
@@ -334,6 +338,8 @@ export class Slots {
           free(undefined);
         };
         if (!held) free(undefined);
+        const cut = new AbortController();
+        slot.delivery = cut;
         try {
           const next = await deliver(
             core,
@@ -343,6 +349,7 @@ export class Slots {
             outcome,
             held ? release : null,
             slot.target !== null,
+            cut.signal,
           );
           if (held) {
             held = false;
@@ -352,6 +359,7 @@ export class Slots {
             for (const t of next) core.backlog.push(t);
           }
         } finally {
+          if (slot.delivery === cut) slot.delivery = null;
           release();
           core.inflight.delete(task.token);
         }

@@ -70,6 +70,7 @@ class _WorkerBase:
     _node_unreachable_now: Callable[[int, str], bool]  # nodes
     _slot_targets: Dict[int, Optional[str]]  # nodes
     _node_transports: Dict[str, Transport]  # nodes
+    _deliveries: Dict[int, Abort]  # nodes
     _heartbeat_once: Callable[[], Optional[BaseException]]  # heartbeat
 
     def _pause(self, seconds: float, wakes: int) -> None:

@@ -6,7 +6,8 @@ reads ``/v1/health`` of the configured address, learns the live servers and thei
 addresses (``nodes[].addr``), and spreads the slots over them: slot ``i`` talks to node
 ``(i + offset) % n``, the offset random per worker. A node whose address does not answer is left
 out for ``UNREACHABLE_S`` (its slots use the configured address meanwhile); a node that leaves
-the live list has its slots' polls ended so that they move at once. A single server, a standby
+the live list has its slots' polls ended so that they move at once, and the results on their way
+to it sent to the configured address instead. A single server, a standby
 cluster or a health answer without addresses keeps every slot on the configured address. The
 TypeScript SDK's ``worker/nodes.ts`` does the same.
 """
@@ -18,7 +19,7 @@ import time
 from typing import Any, Dict, List, Optional
 from urllib.parse import urlsplit
 
-from .._http import Transport
+from .._http import Abort, Transport
 from ..errors import OrbitError
 from .common import _WorkerBase
 
@@ -59,6 +60,8 @@ class _NodesRole(_WorkerBase):
     _node_unreachable: Dict[str, float]
     _node_transports: Dict[str, Transport]
     _slot_targets: Dict[int, Optional[str]]
+    # The first delivery of a result each slot has on its way to its node (cut when it leaves).
+    _deliveries: Dict[int, Abort]
 
     def _init_nodes(self, spread: bool, refresh_s: float) -> None:
         self.spread_over_nodes = spread
@@ -68,6 +71,7 @@ class _NodesRole(_WorkerBase):
         self._node_unreachable = {}
         self._node_transports = {}
         self._slot_targets = {}
+        self._deliveries = {}
 
     @property
     def node_addresses(self) -> List[str]:
@@ -101,11 +105,9 @@ class _NodesRole(_WorkerBase):
                 return
             self._node_addrs = addrs
             left = set(before) - set(addrs)
-            aborts = [
-                self._polls[slot][1]
-                for slot, target in self._slot_targets.items()
-                if target in left and slot in self._polls
-            ]
+            gone = [slot for slot, target in self._slot_targets.items() if target in left]
+            aborts = [self._polls[slot][1] for slot in gone if slot in self._polls]
+            aborts += [self._deliveries[slot] for slot in gone if slot in self._deliveries]
         if addrs:
             self.logger.info("slots spread over %d node(s): %s", len(addrs), ", ".join(addrs))
         else:

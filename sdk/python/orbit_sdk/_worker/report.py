@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from .._http import Transport, format_seconds
+from .._http import Abort, RequestAborted, Transport, format_seconds
 from ..errors import OrbitApiError, OrbitConnectionError, OrbitError, is_retryable
 from ..task import Outcome, fail_outcome
 from .common import _WorkerBase
@@ -16,12 +16,18 @@ class _ReportRole(_WorkerBase):
     small failure for a result the runtime refuses or that is not JSON."""
 
     def _deliver(
-        self, task: Dict[str, Any], outcome: Outcome, take: bool, via: Optional[Transport] = None
+        self,
+        task: Dict[str, Any],
+        outcome: Outcome,
+        take: bool,
+        via: Optional[Transport] = None,
+        cut: Optional[Abort] = None,
     ) -> List[Any]:
         """Reports a result until it is delivered or the worker gives up on it; with ``take``
         the first request asks for one next attempt. Answers the attempts the answer carried.
         The first request goes on ``via`` (the slot's node, which handed the attempt out) when
-        given; retries go to the configured address, which reaches a live server."""
+        given; retries go to the configured address, which reaches a live server. ``cut`` ends
+        that first request when the node leaves the cluster's live list while it waits."""
         transport = via or self._transport
         backoff = self._new_backoff()
         token = task["token"]
@@ -61,10 +67,20 @@ class _ReportRole(_WorkerBase):
                 substituted = True
                 continue
             try:
-                res = transport.post(path, payload, timeout=self.request_timeout_s)
+                direct = transport is not self._transport
+                res = transport.post(
+                    path,
+                    payload,
+                    timeout=self.request_timeout_s,
+                    abort=cut if direct else None,
+                )
+            except RequestAborted:
+                # The node left while it held the result: the configured address, at once.
+                take = False
+                transport = self._transport
+                continue
             except OrbitError as err:
                 take = False  # retries do not ask for more work
-                direct = transport is not self._transport
                 transport = self._transport
                 if direct and isinstance(err, OrbitConnectionError):
                     # A node's own address did not answer (it left or died): the configured

@@ -139,10 +139,16 @@ class _SlotsRole(_WorkerBase):
                     if entry is not None:
                         entry.handler_done = True
                 take = not self._stopping.is_set()
+                cut = Abort()
                 with self._lock:
                     target = self._slot_targets.get(slot)
                     via = self._node_transports.get(target) if target else None
-                following = self._deliver(current, outcome, take, via)
+                    self._deliveries[slot] = cut
+                try:
+                    following = self._deliver(current, outcome, take, via, cut)
+                finally:
+                    with self._lock:
+                        self._deliveries.pop(slot, None)
                 with self._lock:
                     self._inflight.pop(token, None)
                     self._running -= 1
