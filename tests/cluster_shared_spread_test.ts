@@ -75,16 +75,12 @@ function spreadWorker(server: string, seen: string[]) {
   return { worker, logger };
 }
 
-/** Starts `id` through `base` (that server owns it) and waits until it completed. */
-async function runOne(base: string, id: string): Promise<void> {
+/** Starts `id` of `workflow` through `base` (that server owns it). */
+async function start(base: string, workflow: string, id: string): Promise<void> {
   const end = Date.now() + 10_000;
   for (;;) {
-    const r = await api(base).post("/v1/executions", {
-      workflow: "SpreadSteps",
-      execution_id: id,
-      input: { id },
-    });
-    if (r.status === 201) break;
+    const r = await api(base).post("/v1/executions", { workflow, execution_id: id, input: { id } });
+    if (r.status === 201) return;
     // The other server may not have read the definition yet.
     if (r.status === 404 && Date.now() < end) {
       await new Promise((r) => setTimeout(r, 100));
@@ -92,6 +88,11 @@ async function runOne(base: string, id: string): Promise<void> {
     }
     assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
   }
+}
+
+/** Starts `id` through `base` (that server owns it) and waits until it completed. */
+async function runOne(base: string, id: string): Promise<void> {
+  await start(base, "SpreadSteps", id);
   const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
   assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
 }
@@ -234,20 +235,7 @@ Deno.test({
       await worker.start();
       try {
         assert.equal(worker.nodeAddresses.length, 2);
-        let r = await api(two.url).post("/v1/executions", {
-          workflow: "SpreadSlow",
-          execution_id: "held-1",
-          input: { n: 1 },
-        });
-        for (let i = 0; r.status === 404 && i < 100; i++) {
-          await new Promise((r) => setTimeout(r, 100));
-          r = await api(two.url).post("/v1/executions", {
-            workflow: "SpreadSlow",
-            execution_id: "held-1",
-            input: { n: 1 },
-          });
-        }
-        assert.equal(r.status, 201, JSON.stringify(r.body));
+        await start(two.url, "SpreadSlow", "held-1");
         await running;
         // node-2 stops answering with the result on its way to it.
         two.pause();
