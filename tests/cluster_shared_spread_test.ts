@@ -11,13 +11,7 @@
 import assert from "node:assert/strict";
 import { api, waitFor } from "./support/server.ts";
 import { sharedPostgres } from "./support/pg.ts";
-import {
-  type NodeProcess,
-  type NodeProcessOptions,
-  type SharedCluster,
-  startSharedCluster,
-  tail,
-} from "./support/shared_cluster.ts";
+import { type NodeProcess, startSharedCluster, tail } from "./support/shared_cluster.ts";
 import { defineTask, Worker } from "../sdk/typescript/mod.ts";
 import { recordingLogger } from "../sdk/typescript/testing/helpers.ts";
 
@@ -33,14 +27,20 @@ const TWO_STEPS = {
   ],
 };
 
+/**
+ * Two shared servers on a fresh database, `workflow` deployed through the first; `fn` gets both
+ * (their last log lines are printed when it throws).
+ */
 async function withTwo(
-  fn: (c: SharedCluster) => Promise<void>,
-  o: NodeProcessOptions = {},
+  workflow: Record<string, unknown>,
+  fn: (one: NodeProcess, two: NodeProcess) => Promise<void>,
 ): Promise<void> {
   const db = await (await sharedPostgres()).createDatabase();
-  const c = await startSharedCluster({ db, nodes: 2, proxy: false, ...o });
+  const c = await startSharedCluster({ db, nodes: 2, proxy: false });
   try {
-    await fn(c);
+    const [one, two] = c.nodes as [NodeProcess, NodeProcess];
+    assert.equal((await api(one.url).post("/v1/workflows", workflow)).status, 201);
+    await fn(one, two);
   } catch (e) {
     console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
     throw e;
@@ -116,9 +116,7 @@ Deno.test({
   name: "shared: a worker given one server's address polls every live server, and each " +
     "server's results stay on it",
   fn: () =>
-    withTwo(async (c) => {
-      const [one, two] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
-      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+    withTwo(TWO_STEPS, async (one, two) => {
       const seen: string[] = [];
       const { worker, logger } = spreadWorker(one.url, seen);
       await worker.start();
@@ -198,9 +196,7 @@ Deno.test({
   name: "shared: a result held by a paused server goes to the given address once that server " +
     "leaves the live list, before its attempt is redelivered",
   fn: () =>
-    withTwo(async (c) => {
-      const [one, two] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
-      assert.equal((await api(one.url).post("/v1/workflows", SLOW)).status, 201);
+    withTwo(SLOW, async (one, two) => {
       let runs = 0;
       let started!: () => void;
       const running = new Promise<void>((r) => (started = r));
@@ -277,9 +273,7 @@ Deno.test({
   name: "shared: a Python worker given one server's address polls every live server, and " +
     "each server's results stay on it",
   fn: () =>
-    withTwo(async (c) => {
-      const [one, two] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
-      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+    withTwo(TWO_STEPS, async (one, two) => {
       const sdk = new URL("../sdk/python", import.meta.url).pathname;
       const child = new Deno.Command("python3", {
         args: ["-u", "-c", PYTHON_WORKER, one.url, sdk],
