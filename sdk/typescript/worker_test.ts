@@ -557,3 +557,32 @@ Deno.test("a result the runtime refuses, or that is not JSON, is reported once a
   assert.equal(refused[0]!.error!.code, "OUTPUT_REJECTED");
   await worker.stop();
 });
+
+Deno.test("results sent to a node's own address add nothing to the worker's long-lived signals", async () => {
+  // Deno keeps every signal made by AbortSignal.any in each input's list of dependents until
+  // that input aborts: one made per result from a signal that lives as long as the worker
+  // grew the worker's heap by about 400 bytes per result, for ever.
+  const inputs = new Map<AbortSignal, number>();
+  const any = AbortSignal.any;
+  AbortSignal.any = (signals: Iterable<AbortSignal>) => {
+    const list = [...signals];
+    for (const s of list) inputs.set(s, (inputs.get(s) ?? 0) + 1);
+    return any.call(AbortSignal, list);
+  };
+  try {
+    await using fake = FakeOrbit.start({ sharedNode: true });
+    const { worker } = makeWorker(fake, { concurrency: 2 });
+    await worker.start();
+    // The slots talk to the node at its own address: the direct delivery path.
+    assert.deepEqual(worker.nodeAddresses, [fake.url]);
+    const n = 60;
+    for (let i = 0; i < n; i++) fake.enqueue({ task: "test.echo", input: { i } });
+    await fake.waitFor(() => fake.results.length === n, "every result");
+    assert.ok(fake.results.every((r) => r.kind === "complete" && r.accepted));
+    await worker.stop();
+    const most = Math.max(0, ...inputs.values());
+    assert.ok(most < n / 2, `one signal was an input of AbortSignal.any ${most} times`);
+  } finally {
+    AbortSignal.any = any;
+  }
+});

@@ -84,6 +84,11 @@ export interface FakeOptions {
   maxWaitS?: number;
   /** History page size (default 2, to exercise paging). */
   historyPageSize?: number;
+  /**
+   * Answer /v1/health as a server of a shared cluster whose one live node is this fake at its
+   * own address: a worker then spreads its slots over it (a slot's `target` is set).
+   */
+  sharedNode?: boolean;
 }
 
 const TERMINAL = new Set(["completed", "failed", "cancelled", "timed_out", "continued"]);
@@ -458,7 +463,13 @@ export class FakeOrbit {
           !TERMINAL.has(e.execution.status)
         ).length,
         worker_sessions: this.sessions.size,
-        role: "single",
+        ...(this.options.sharedNode
+          ? {
+            role: "shared",
+            node_id: "fake-1",
+            nodes: [{ node_id: "fake-1", addr: this.url, live: true }],
+          }
+          : { role: "single" }),
       });
     }
     if (m === "GET" && path === "/v1/ready") return json(200, { role: "single", ready: true });

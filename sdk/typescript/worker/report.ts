@@ -15,7 +15,8 @@ import type { Session } from "./session.ts";
  * retries go to the configured address, at once when `direct` (that server's own advertised
  * address did not answer: it left or died; the configured address reaches a live server). `cut`
  * ends that first request when the server leaves the cluster's live list while it waits (a
- * paused server holds it until the request's timeout otherwise).
+ * paused server holds it until the request's timeout otherwise); the caller aborts it when
+ * `core.abandon` aborts, too.
  */
 export async function deliver(
   core: WorkerCore,
@@ -46,7 +47,8 @@ export async function deliver(
         path,
         body,
         {
-          signal: first && direct && cut ? AbortSignal.any([abandon, cut]) : abandon,
+          // `cut` is aborted with `abandon` too (the caller's listener).
+          signal: first && direct && cut ? cut : abandon,
           timeoutMs: core.requestTimeoutMs,
         },
       );

@@ -338,7 +338,13 @@ export class Slots {
           free(undefined);
         };
         if (!held) free(undefined);
+        // Ends the first delivery when the slot's server leaves (onLeft) or the worker gives
+        // up (abandon), by a listener: AbortSignal.any would add an entry to the worker's
+        // long-lived abandon signal for every result, which Deno never removes.
         const cut = new AbortController();
+        const onAbandon = () => cut.abort(core.abandon.reason);
+        core.abandon.addEventListener("abort", onAbandon, { once: true });
+        if (core.abandon.aborted) onAbandon();
         slot.delivery = cut;
         try {
           const next = await deliver(
@@ -359,6 +365,7 @@ export class Slots {
             for (const t of next) core.backlog.push(t);
           }
         } finally {
+          core.abandon.removeEventListener("abort", onAbandon);
           if (slot.delivery === cut) slot.delivery = null;
           release();
           core.inflight.delete(task.token);
