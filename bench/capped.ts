@@ -8,7 +8,8 @@
  *   deno task bench:capped [--rounds 3] [--server-cpus 0.25] [--orders 1200] [--json FILE]
  *
  * Rows: one single server; one shared server (no proxy); two and three shared servers with
- * `--spread` (no proxy: clients and worker processes spread as a round-robin balancer would);
+ * `--spread` (no proxy: clients and worker processes spread as a round-robin balancer would, each
+ * worker process's slots on its one server);
  * three shared servers behind the round-robin proxy. Each run is `deno task bench` in a process
  * of its own; a run that fails (or a host where no cgroup can be made) stops the table with its
  * output. Prints the table in Markdown, the CPU per order of each row over the rounds, and in how

@@ -14,7 +14,8 @@
  *   deno task bench --cluster shared --servers 3        (shared mode behind a round-robin proxy)
  *   deno task bench --cluster shared --servers 1 --no-proxy   (clients and workers on the server)
  *   deno task bench --cluster shared --servers 3 --workers 3 --spread   (no proxy: client i on
- *                       server i % 3, worker process j on server j % 3, as a round-robin balancer)
+ *                       server i % 3, worker process j on server j % 3 with all its slots, a
+ *                       worker per server; --spread-slots: each worker's slots on every server)
  *   deno task bench --cluster shared --servers 3 --server-cpus 0.25   (each server in a cgroup of
  *                       its own capped at 0.25 CPU; also without --cluster: bench/cgroup.ts)
  *   deno task bench --deno-args="--v8-flags=--max-semi-space-size=2"   (flags for the server's deno run)
@@ -91,8 +92,12 @@ const { values } = parseArgs({
     servers: { type: "string", default: "1" },
     // Shared mode without the proxy: clients and workers talk to the first server.
     "no-proxy": { type: "boolean", default: false },
-    // Without the proxy: client i on server i % N, worker process j on server j % N.
+    // Without the proxy: client i on server i % N, worker process j on server j % N with every
+    // slot kept there (a worker per server: ORDER_SPREAD=0, as --pin-workers).
     spread: { type: "boolean", default: false },
+    // With --spread: the workers spread their slots over every server instead (the SDK's
+    // default), each worker process then talking to all of them.
+    "spread-slots": { type: "boolean", default: false },
     // TypeScript workers keep every slot on the address they were given (ORDER_SPREAD=0)
     // instead of spreading them over the shared servers' advertised addresses (the default).
     "pin-workers": { type: "boolean", default: false },
@@ -119,6 +124,9 @@ if (values.cluster && values.cluster !== "shared") {
 }
 const SPREAD = values.spread;
 if (SPREAD && SHARED < 1) throw new Error("--spread: the shared servers of --cluster shared");
+if (values["spread-slots"] && !SPREAD) throw new Error("--spread-slots: only with --spread");
+/** The TypeScript workers keep their slots on the address they were given. */
+const PIN_WORKERS = values["pin-workers"] || (SPREAD && !values["spread-slots"]);
 // Before anything is started: refused (exit 2) where no cgroup can be made.
 const CPU_CAPS = values["server-cpus"] === undefined
   ? null
@@ -209,7 +217,7 @@ async function bench(store: "sqlite" | "postgres") {
         ORDER_TRACE: "0",
         ORDER_CONCURRENCY: values.concurrency,
         ORDER_WORKER_ID: `bench-${i}`,
-        ...(values["pin-workers"] ? { ORDER_SPREAD: "0" } : {}),
+        ...(PIN_WORKERS ? { ORDER_SPREAD: "0" } : {}),
       }),
   );
   const grpcAddr = grpcCount > 0
@@ -433,7 +441,13 @@ async function bench(store: "sqlite" | "postgres") {
     return {
       store: SHARED > 0
         ? `${store}, ${SHARED} shared server${SHARED > 1 ? "s" : ""}${
-          SPREAD ? " (no proxy, spread)" : values["no-proxy"] ? " (no proxy)" : ""
+          SPREAD
+            ? PIN_WORKERS
+              ? " (no proxy, spread)"
+              : " (no proxy, spread, every worker on every server)"
+            : values["no-proxy"]
+            ? " (no proxy)"
+            : ""
         }${CPU_CAPS ? `, ${CPU_CAPS.cpus} CPU each` : ""}`
         : `${store}${CPU_CAPS ? `, ${CPU_CAPS.cpus} CPU` : ""}`,
       // --server-cpus: the cap of each server, and each one's CPU per order (and throttling).
