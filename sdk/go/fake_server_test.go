@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,10 +30,19 @@ type fakeServer struct {
 	heartbeat   int
 	activePolls int
 	unregs      int
+	// Shared cluster: the answer of /v1/health (404 when nil), the hosts of active polls,
+	// results held (until their request ends) when they reach one of holdResults' hosts, and
+	// how long a poll waits for a task (default 2 s).
+	health      any
+	hostPolls   map[string]int
+	holdResults map[string]bool
+	held        int
+	pollHold    time.Duration
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
-	f := &fakeServer{t: t, sessions: map[string]bool{}, fail: map[string][]int{}}
+	f := &fakeServer{t: t, sessions: map[string]bool{}, fail: map[string][]int{},
+		hostPolls: map[string]int{}, holdResults: map[string]bool{}, pollHold: 2 * time.Second}
 	f.cond = sync.NewCond(&f.mu)
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(func() {
@@ -44,6 +54,38 @@ func newFakeServer(t *testing.T) *fakeServer {
 	})
 	return f
 }
+
+// listen serves the same fake runtime at one more address (another server of a shared
+// cluster, on the same state); stop ends it (idempotent).
+func (f *fakeServer) listen() (addr string, stop func()) {
+	srv := httptest.NewServer(http.HandlerFunc(f.serve))
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.cond.Broadcast()
+			f.mu.Unlock()
+			srv.CloseClientConnections()
+			srv.Close()
+		})
+	}
+	f.t.Cleanup(stop)
+	return srv.URL, stop
+}
+
+// sharedHealth sets /v1/health to a shared cluster of the live nodes at addrs.
+func (f *fakeServer) sharedHealth(addrs ...string) {
+	nodes := []any{}
+	for i, a := range addrs {
+		nodes = append(nodes, map[string]any{"node_id": fmt.Sprintf("node-%d", i+1), "addr": a, "live": true})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.health = map[string]any{"status": "ok", "role": "shared", "nodes": nodes}
+}
+
+// hostOf is the host of a fake server's URL, as the requests reaching it name it.
+func hostOf(url string) string { return strings.TrimPrefix(url, "http://") }
 
 func (f *fakeServer) enqueue(task string, input any) string {
 	f.mu.Lock()
@@ -116,7 +158,18 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	session, _ := body["session_id"].(string)
+	if body != nil {
+		body["host"] = r.Host
+	}
 	switch r.URL.Path {
+	case "/v1/health":
+		h := f.health
+		f.mu.Unlock()
+		if h == nil {
+			f.writeErr(w, 404, "NOT_FOUND")
+			return
+		}
+		writeJSON(w, h)
 	case "/v1/workers/register":
 		f.nextID++
 		id := fmt.Sprintf("sess-%d", f.nextID)
@@ -126,8 +179,9 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	case "/v1/workers/poll":
 		f.polls = append(f.polls, body)
 		f.activePolls++
-		defer func() { f.mu.Lock(); f.activePolls--; f.mu.Unlock() }()
-		end := time.Now().Add(2 * time.Second)
+		f.hostPolls[r.Host]++
+		defer func() { f.mu.Lock(); f.activePolls--; f.hostPolls[r.Host]--; f.mu.Unlock() }()
+		end := time.Now().Add(f.pollHold)
 		for len(f.queue) == 0 && f.sessions[session] && time.Now().Before(end) && r.Context().Err() == nil {
 			go func() { time.Sleep(20 * time.Millisecond); f.cond.Broadcast() }()
 			f.cond.Wait()
@@ -164,6 +218,16 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		writeJSON(w, map[string]any{})
 	case "/v1/tasks/complete", "/v1/tasks/fail":
+		if f.holdResults[r.Host] {
+			// A paused server: the result waits until its request ends.
+			f.held++
+			for r.Context().Err() == nil {
+				go func() { time.Sleep(20 * time.Millisecond); f.cond.Broadcast() }()
+				f.cond.Wait()
+			}
+			f.mu.Unlock()
+			return
+		}
 		body["path"] = r.URL.Path
 		f.results = append(f.results, body)
 		tasks := []any{}

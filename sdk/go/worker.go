@@ -51,6 +51,17 @@ type WorkerOptions struct {
 	// HTTPClient makes the HTTP client of each slot and of the session's own requests
 	// (default: a new connection pool each).
 	HTTPClient func() *http.Client
+	// DisableNodeSpread keeps every slot on Server. By default, in a cluster in shared mode,
+	// the worker reads GET /v1/health of Server and spreads its slots over the live servers at
+	// the addresses they advertise (--advertise-addr): each slot polls one server, which hands
+	// out the tasks of the executions it owns first, and its results go back to that owner on
+	// the same connection. A server whose address does not answer is left out for 10 s (its
+	// slots use Server meanwhile); a server that leaves the cluster has its slots moved at once.
+	// With a single server, a standby cluster, or servers without addresses, every slot uses
+	// Server, as with DisableNodeSpread. Registration and heartbeats always use Server.
+	DisableNodeSpread bool
+	// NodeRefresh is how often the live servers are read again when spreading (default 5 s).
+	NodeRefresh time.Duration
 }
 
 // polledTask is one attempt as POST /v1/workers/poll hands it out.
@@ -83,9 +94,16 @@ type inflight struct {
 }
 
 type slot struct {
+	index int
+	home  *transport // the slot's own connection pool to the configured address
+	// The pool the slot talks to now and the node it reaches: home and "", or a pool of its
+	// own to a node's advertised address (written by the slot's loop under Worker.mu).
 	tr          *transport
+	target      string
 	pollSession string
 	pollCancel  context.CancelFunc
+	// Cuts the first delivery of a result to the slot's node when that node leaves.
+	deliveryCancel context.CancelFunc
 }
 
 // Worker serves tasks to an ORBIT runtime: it registers, long-polls in Concurrency slots
@@ -103,11 +121,13 @@ type slot struct {
 //	defer stop()
 //	err = w.Run(ctx) // until SIGTERM: stop polling, finish running tasks, report them
 type Worker struct {
-	opts   WorkerOptions
-	tasks  map[string]TaskDefinition
-	main   *transport
-	slots  []*slot
-	logger Logger
+	opts      WorkerOptions
+	tasks     map[string]TaskDefinition
+	main      *transport
+	slots     []*slot
+	nodes     *nodes
+	newClient func() *http.Client
+	logger    Logger
 
 	mu        sync.Mutex
 	state     string
@@ -129,6 +149,7 @@ type Worker struct {
 
 	slotsWG sync.WaitGroup
 	bgWG    sync.WaitGroup // deliveries retried in the background
+	nodesWG sync.WaitGroup // the loop reading the live nodes
 	hbDone  chan struct{}
 	done    chan struct{}
 
@@ -165,19 +186,23 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 30 * time.Second
 	}
+	if opts.NodeRefresh <= 0 {
+		opts.NodeRefresh = 5 * time.Second
+	}
 	opts.Backoff = opts.Backoff.withDefaults()
 	newClient := opts.HTTPClient
 	if newClient == nil {
 		newClient = func() *http.Client { return &http.Client{Transport: newHTTPTransport()} }
 	}
 	w := &Worker{
-		opts:     opts,
-		tasks:    map[string]TaskDefinition{},
-		logger:   opts.Logger,
-		state:    "new",
-		inflight: map[string]*inflight{},
-		hbDone:   make(chan struct{}),
-		done:     make(chan struct{}),
+		opts:      opts,
+		tasks:     map[string]TaskDefinition{},
+		newClient: newClient,
+		logger:    opts.Logger,
+		state:     "new",
+		inflight:  map[string]*inflight{},
+		hbDone:    make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	if w.logger == nil {
 		w.logger = log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
@@ -188,8 +213,9 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 	}
 	for i := 0; i < opts.Concurrency; i++ {
 		tr, _ := newTransport(opts.Server, opts.Token, newClient())
-		w.slots = append(w.slots, &slot{tr: tr})
+		w.slots = append(w.slots, &slot{index: i, home: tr, tr: tr})
 	}
+	w.nodes = newNodes(w.main.server, w.logf, w.nodesLeft)
 	for _, t := range opts.Tasks {
 		if t.TaskName() == "" || t.TaskContract() == "" {
 			return nil, errors.New("orbit.NewWorker: every task needs a name and a contract version")
@@ -263,6 +289,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}()
 	_, err := w.ensureSession(regCtx)
+	if err == nil {
+		// In a shared cluster, the live nodes to spread the slots over (one health read).
+		w.refreshNodes(regCtx)
+	}
 	cancel()
 	w.mu.Lock()
 	if w.state == "stopping" {
@@ -279,11 +309,18 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.state = "running"
 	w.slotsWG.Add(len(w.slots))
+	spread := !w.opts.DisableNodeSpread
+	if spread {
+		w.nodesWG.Add(1)
+	}
 	w.mu.Unlock()
 	for _, s := range w.slots {
 		go w.slotLoop(s)
 	}
 	go w.heartbeatLoop()
+	if spread {
+		go w.nodesLoop()
+	}
 	return nil
 }
 
@@ -365,7 +402,9 @@ func (w *Worker) shutdown(ctx context.Context) {
 	}
 	w.hbCancel()
 	<-w.hbDone
+	w.nodesWG.Wait()
 	w.unregister()
+	w.closeNodeConnections()
 	w.mu.Lock()
 	w.state = "stopped"
 	w.mu.Unlock()

@@ -18,11 +18,19 @@ func (w *Worker) slotLoop(s *slot) {
 	for w.stopCtx.Err() == nil {
 		task := w.takeBacklog()
 		if task == nil {
+			w.route(s)
 			var err error
 			task, err = w.poll(s)
 			if err != nil {
 				if w.stopCtx.Err() != nil {
 					return
+				}
+				var ce *ConnectionError
+				if s.target != "" && errors.As(err, &ce) {
+					// The node's address does not answer: the configured address meanwhile,
+					// at once.
+					w.nodes.markUnreachable(s.target, ce.Reason)
+					continue
 				}
 				d := r.next()
 				level := "WARN"
@@ -144,18 +152,58 @@ func (w *Worker) runTask(s *slot, task *polledTask) *polledTask {
 	w.mu.Unlock()
 
 	take := w.stopCtx.Err() == nil
-	tasks, err := w.send(s.tr, task, o, take)
+	tasks, rerouted, err := w.sendFirst(s, task, o, take)
 	if err == nil {
 		w.finished(task.Token)
 		return w.firstOf(tasks)
+	}
+	// Retries go to the configured address: at once when the slot's node did not answer or
+	// left (the configured address reaches a live server, which hands the result to the
+	// execution's new owner before that owner redelivers the attempt).
+	via := s.home
+	if s.target != "" {
+		via = w.main
 	}
 	w.bgWG.Add(1)
 	go func() {
 		defer w.bgWG.Done()
 		defer w.finished(task.Token)
-		w.deliver(s.tr, task, o, err)
+		w.deliver(via, task, o, err, rerouted)
 	}()
 	return nil
+}
+
+// sendFirst reports a result once on the slot's connection (to the server that handed the
+// task out). On a node's own address, that request is cut when the node leaves the live list
+// (a paused server would hold it until the request's timeout); rerouted tells that it was cut
+// or did not connect.
+func (w *Worker) sendFirst(s *slot, task *polledTask, o outcome, take bool) (tasks []*polledTask, rerouted bool, err error) {
+	if s.target == "" {
+		tasks, err = w.send(w.abandonCtx, s.tr, task, o, take)
+		return tasks, false, err
+	}
+	// Cancelled at the end of this request, so nothing outlives it (the context leaves its
+	// parent's children when cancelled).
+	ctx, cut := context.WithCancel(w.abandonCtx)
+	w.mu.Lock()
+	s.deliveryCancel = cut
+	w.mu.Unlock()
+	tasks, err = w.send(ctx, s.tr, task, o, take)
+	w.mu.Lock()
+	s.deliveryCancel = nil
+	w.mu.Unlock()
+	wasCut := ctx.Err() != nil && w.abandonCtx.Err() == nil
+	cut()
+	if err == nil {
+		return tasks, false, nil
+	}
+	var ce *ConnectionError
+	rerouted = wasCut || errors.As(err, &ce)
+	if rerouted {
+		w.logf("DEBUG", "the result of %s goes to %s: node %s left or did not answer (%s)",
+			task.Token, w.main.server, s.target, err)
+	}
+	return nil, rerouted, err
 }
 
 func (w *Worker) finished(token string) {
@@ -250,7 +298,7 @@ func clip(s string, n int) string {
 }
 
 // send reports a result once; with take it asks for the slot's next task in the same request.
-func (w *Worker) send(tr *transport, task *polledTask, o outcome, take bool) ([]*polledTask, error) {
+func (w *Worker) send(ctx context.Context, tr *transport, task *polledTask, o outcome, take bool) ([]*polledTask, error) {
 	body := map[string]any{"token": task.Token}
 	path := "/v1/tasks/complete"
 	if o.failure != nil {
@@ -268,7 +316,7 @@ func (w *Worker) send(tr *transport, task *polledTask, o outcome, take bool) ([]
 		Accepted *bool         `json:"accepted"`
 		Tasks    []*polledTask `json:"tasks"`
 	}
-	if err := tr.do(w.abandonCtx, "POST", path, nil, body, &res, w.opts.RequestTimeout); err != nil {
+	if err := tr.do(ctx, "POST", path, nil, body, &res, w.opts.RequestTimeout); err != nil {
 		return nil, err
 	}
 	if res.Accepted != nil && !*res.Accepted {
@@ -282,9 +330,15 @@ func (w *Worker) send(tr *transport, task *polledTask, o outcome, take bool) ([]
 	return res.Tasks, nil
 }
 
-// deliver retries a report whose first try failed with err until it is delivered, the
-// runtime refuses it for good, or the worker gives up (a stop's grace passed).
-func (w *Worker) deliver(tr *transport, task *polledTask, o outcome, err error) {
+// deliver retries a report whose first try failed with err on tr until it is delivered, the
+// runtime refuses it for good, or the worker gives up (a stop's grace passed); at once, without
+// a backoff, first when now.
+func (w *Worker) deliver(tr *transport, task *polledTask, o outcome, err error, now bool) {
+	if now && w.abandonCtx.Err() == nil {
+		if _, err = w.send(w.abandonCtx, tr, task, o, false); err == nil {
+			return
+		}
+	}
 	r := retrier{b: w.opts.Backoff}
 	substituted := false
 	for {
@@ -317,7 +371,7 @@ func (w *Worker) deliver(tr *transport, task *polledTask, o outcome, err error) 
 			w.logf("ERROR", "report result failed: %s; dropping the result of %s", w.describe(err), task.Token)
 			return
 		}
-		if _, err = w.send(tr, task, o, false); err == nil {
+		if _, err = w.send(w.abandonCtx, tr, task, o, false); err == nil {
 			return
 		}
 	}
