@@ -15,6 +15,7 @@ mod cancel;
 pub mod client;
 mod error;
 mod http;
+mod nodes;
 #[cfg(unix)]
 pub mod signals;
 mod task;

@@ -8,14 +8,15 @@
 //! share one `Arc<Inner>` of state and its locks; split into modules they would each need that
 //! state's private fields made crate-visible. Its sections follow those roles, in that order.
 
-use crate::backoff::{stderr_logger, Backoff, Level, Logger, Retrier};
+use crate::backoff::{random, stderr_logger, Backoff, Level, Logger, Retrier};
 use crate::cancel::{CancelToken, Reason};
 use crate::error::{ApiError, Cancelled, Error, TaskError};
 use crate::http::{format_duration, Transport};
+use crate::nodes::{live_addresses, Nodes};
 use crate::task::{Attempt, TaskDefinition};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
@@ -52,6 +53,13 @@ pub struct WorkerOptions {
     pub logger: Option<Logger>,
     /// Adds debug lines.
     pub debug: bool,
+    /// In a cluster in shared mode, spread the slots over the live servers at the addresses they
+    /// advertise (`/v1/health`), so that each slot polls a server and reports to it; default
+    /// true. Registration, heartbeats and unregistration stay on `server`. See README.md and
+    /// docs/clusters.md, "Workers connect to every server".
+    pub spread_over_nodes: bool,
+    /// How often the live servers are read again (default 5 s).
+    pub node_refresh: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -70,6 +78,8 @@ impl Default for WorkerOptions {
             shutdown_grace: Duration::from_secs(30),
             logger: None,
             debug: false,
+            spread_over_nodes: true,
+            node_refresh: Duration::from_secs(5),
         }
     }
 }
@@ -166,6 +176,13 @@ struct St {
     backlog: VecDeque<PolledTask>,
     /// Each slot's poll in progress: its session and the token that ends it.
     polls: Vec<Option<(String, CancelToken)>>,
+    /// The node each slot talks to (an advertised address), or None: the configured address.
+    targets: Vec<Option<String>>,
+    /// Each slot's connection, to its target.
+    conns: Vec<Arc<Transport>>,
+    /// The first delivery of a result each slot has on its way to its node: the token that cuts
+    /// it when the node leaves the live list.
+    deliveries: Vec<Option<CancelToken>>,
     /// Slot threads and background deliveries still running.
     active: usize,
 }
@@ -173,8 +190,10 @@ struct St {
 struct Inner {
     opts: WorkerOptions,
     tasks: HashMap<(String, String), Arc<dyn TaskDefinition>>,
+    /// Registration, heartbeats, unregistration, the live nodes' reads and results' retries.
     main: Transport,
-    slots: Vec<Transport>,
+    /// Which node each slot talks to.
+    nodes: Nodes,
     logger: Logger,
     st: Mutex<St>,
     changed: Condvar,
@@ -187,6 +206,7 @@ struct Inner {
     abandon: CancelToken,
     heartbeat: CancelToken,
     hb_thread: Mutex<Option<JoinHandle<()>>>,
+    nodes_thread: Mutex<Option<JoinHandle<()>>>,
     stop_once: Mutex<bool>,
 }
 
@@ -238,6 +258,9 @@ impl Worker {
         if opts.request_timeout == zero {
             opts.request_timeout = Duration::from_secs(30);
         }
+        if opts.node_refresh == zero {
+            opts.node_refresh = Duration::from_secs(5);
+        }
         let mut tasks = HashMap::new();
         for t in &opts.tasks {
             if t.name().is_empty() || t.contract().is_empty() {
@@ -255,37 +278,55 @@ impl Worker {
             }
         }
         let main = Transport::new(&opts.server, opts.token.clone())?;
-        let mut slots = Vec::new();
+        let mut conns = Vec::new();
         for _ in 0..opts.concurrency {
-            slots.push(Transport::new(&opts.server, opts.token.clone())?);
+            conns.push(Arc::new(Transport::new(&opts.server, opts.token.clone())?));
         }
         let logger = opts.logger.clone().unwrap_or_else(stderr_logger);
         let n = opts.concurrency;
         Ok(Worker {
-            inner: Arc::new(Inner {
-                opts,
-                tasks,
-                main,
-                slots,
-                logger,
-                st: Mutex::new(St {
-                    state: State::New,
-                    session: None,
-                    reg_once: false,
-                    hb_pending: false,
-                    inflight: HashMap::new(),
-                    backlog: VecDeque::new(),
-                    polls: vec![None; n],
-                    active: 0,
-                }),
-                changed: Condvar::new(),
-                reg_lock: Mutex::new(()),
-                stop: CancelToken::new(),
-                task_parent: CancelToken::new(),
-                abandon: CancelToken::new(),
-                heartbeat: CancelToken::new(),
-                hb_thread: Mutex::new(None),
-                stop_once: Mutex::new(false),
+            inner: Arc::new_cyclic(|me: &std::sync::Weak<Inner>| {
+                let me = me.clone();
+                let nodes = Nodes::new(
+                    &main.server,
+                    logger.clone(),
+                    (random() * 1024.0) as usize,
+                    Arc::new(Instant::now),
+                    Box::new(move |left: &BTreeSet<String>| {
+                        if let Some(w) = me.upgrade() {
+                            w.cut_left(left);
+                        }
+                    }),
+                );
+                Inner {
+                    opts,
+                    tasks,
+                    main,
+                    nodes,
+                    logger,
+                    st: Mutex::new(St {
+                        state: State::New,
+                        session: None,
+                        reg_once: false,
+                        hb_pending: false,
+                        inflight: HashMap::new(),
+                        backlog: VecDeque::new(),
+                        polls: vec![None; n],
+                        targets: vec![None; n],
+                        conns,
+                        deliveries: vec![None; n],
+                        active: 0,
+                    }),
+                    changed: Condvar::new(),
+                    reg_lock: Mutex::new(()),
+                    stop: CancelToken::new(),
+                    task_parent: CancelToken::new(),
+                    abandon: CancelToken::new(),
+                    heartbeat: CancelToken::new(),
+                    hb_thread: Mutex::new(None),
+                    nodes_thread: Mutex::new(None),
+                    stop_once: Mutex::new(false),
+                }
             }),
         })
     }
@@ -302,6 +343,12 @@ impl Worker {
 
     pub fn state(&self) -> State {
         self.inner.st.lock().unwrap().state
+    }
+
+    /// The live servers' addresses the slots are spread over, as last read (empty: every slot
+    /// uses the configured address).
+    pub fn node_addresses(&self) -> Vec<String> {
+        self.inner.nodes.addresses()
     }
 
     /// The tokens of the attempts being run or reported.
@@ -337,10 +384,17 @@ impl Worker {
             w.changed.notify_all();
             return Err(e);
         }
-        st.state = State::Running;
-        st.active += w.slots.len();
         drop(st);
-        for i in 0..w.slots.len() {
+        // In a shared cluster, the live nodes to spread the slots over (one health read).
+        w.nodes_refresh(&w.stop);
+        let mut st = w.st.lock().unwrap();
+        if st.state == State::Stopping {
+            return Ok(()); // stop was called meanwhile; it finishes the job
+        }
+        st.state = State::Running;
+        st.active += w.opts.concurrency;
+        drop(st);
+        for i in 0..w.opts.concurrency {
             let inner = self.inner.clone();
             thread::Builder::new()
                 .name(format!("orbit-slot-{}", i))
@@ -356,6 +410,14 @@ impl Worker {
             .spawn(move || inner.heartbeat_loop())
             .map_err(|e| Error::Config(format!("cannot start a thread: {}", e)))?;
         *w.hb_thread.lock().unwrap() = Some(hb);
+        if w.opts.spread_over_nodes {
+            let inner = self.inner.clone();
+            let t = thread::Builder::new()
+                .name("orbit-nodes".into())
+                .spawn(move || inner.nodes_loop())
+                .map_err(|e| Error::Config(format!("cannot start a thread: {}", e)))?;
+            *w.nodes_thread.lock().unwrap() = Some(t);
+        }
         Ok(())
     }
 
@@ -407,6 +469,9 @@ impl Worker {
             }
             w.heartbeat.cancel(Reason::Shutdown);
             if let Some(h) = w.hb_thread.lock().unwrap().take() {
+                let _ = h.join();
+            }
+            if let Some(h) = w.nodes_thread.lock().unwrap().take() {
                 let _ = h.join();
             }
             w.unregister();
@@ -779,6 +844,87 @@ impl Inner {
         cancel.cancel(Reason::Cancel);
     }
 
+    // ---- the router (src/nodes.rs) ---------------------------------------------------------
+
+    /// One read of `/v1/health` of the configured address; a failed read keeps the last list.
+    fn nodes_refresh(&self, cancel: &CancelToken) {
+        if !self.opts.spread_over_nodes {
+            return;
+        }
+        let res = self.main.call::<Value>(
+            "GET",
+            "/v1/health",
+            None::<&Value>,
+            self.opts.request_timeout.min(Duration::from_secs(10)),
+            Some(cancel),
+        );
+        match res {
+            Ok(health) => self.nodes.update(live_addresses(&health)),
+            Err(e) => self.log(
+                Level::Debug,
+                &format!("cannot read the cluster's nodes: {}", self.describe(&e)),
+            ),
+        }
+    }
+
+    /// Reads the live nodes every `node_refresh` until the heartbeat stops.
+    fn nodes_loop(&self) {
+        while !self.heartbeat.wait_timeout(self.opts.node_refresh) {
+            self.nodes_refresh(&self.heartbeat);
+        }
+    }
+
+    /// Nodes left the live list: their slots' polls end (the slots move at once) and the
+    /// results on their way to them are cut (and sent to the configured address at once).
+    fn cut_left(&self, left: &BTreeSet<String>) {
+        let cuts: Vec<CancelToken> = {
+            let st = self.st.lock().unwrap();
+            (0..st.targets.len())
+                .filter(|&i| st.targets[i].as_ref().is_some_and(|t| left.contains(t)))
+                .flat_map(|i| {
+                    let poll = st.polls[i].as_ref().map(|(_, t)| t.clone());
+                    poll.into_iter().chain(st.deliveries[i].clone())
+                })
+                .collect()
+        };
+        for t in cuts {
+            t.cancel(Reason::Cancel);
+        }
+    }
+
+    /// Points slot `i` at the node it should talk to now (a new connection when that changed);
+    /// answers its target and its connection.
+    fn route(&self, i: usize) -> (Option<String>, Arc<Transport>) {
+        let mut target = self.nodes.target_for(i);
+        let (current, conn) = {
+            let st = self.st.lock().unwrap();
+            (st.targets[i].clone(), st.conns[i].clone())
+        };
+        if target == current {
+            return (current, conn);
+        }
+        let server = target.as_deref().unwrap_or(&self.main.server);
+        let conn = match Transport::new(server, self.opts.token.clone()) {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                // Not an address this SDK can use: the configured one, as for a silent node.
+                if let Some(addr) = target.take() {
+                    self.nodes.unreachable(&addr, &e.to_string());
+                }
+                Arc::new(
+                    Transport::new(&self.main.server, self.opts.token.clone())
+                        .expect("the configured address was checked by Worker::new"),
+                )
+            }
+        };
+        // The old connection closes when the last of its users (a delivery in the background)
+        // lets it go.
+        let mut st = self.st.lock().unwrap();
+        st.targets[i] = target.clone();
+        st.conns[i] = conn.clone();
+        (target, conn)
+    }
+
     // ---- slots -------------------------------------------------------------------------
 
     /// One concurrency slot: a long poll for one task on the slot's connection, the task run,
@@ -790,35 +936,44 @@ impl Inner {
             let backlog = self.st.lock().unwrap().backlog.pop_front();
             let mut task = match backlog {
                 Some(t) => Some(t),
-                None => match self.poll(i) {
-                    Ok(t) => {
-                        r.reset();
-                        t
-                    }
-                    Err(e) => {
-                        if self.stop.is_cancelled() {
-                            return;
+                None => {
+                    let (target, conn) = self.route(i);
+                    match self.poll(i, target.as_deref(), &conn) {
+                        Ok(t) => {
+                            r.reset();
+                            t
                         }
-                        let d = r.next_delay();
-                        let level = if e.is_retryable() {
-                            Level::Warn
-                        } else {
-                            Level::Error
-                        };
-                        self.log(
-                            level,
-                            &format!(
-                                "poll failed: {}; retrying in {}",
-                                self.describe(&e),
-                                format_duration(d)
-                            ),
-                        );
-                        if self.stop.wait_timeout(d) {
-                            return;
+                        Err(e) => {
+                            if self.stop.is_cancelled() {
+                                return;
+                            }
+                            if let (Some(addr), Error::Connection(c)) = (&target, &e) {
+                                // The node's address does not answer: the configured address
+                                // meanwhile, at once.
+                                self.nodes.unreachable(addr, &c.reason);
+                                continue;
+                            }
+                            let d = r.next_delay();
+                            let level = if e.is_retryable() {
+                                Level::Warn
+                            } else {
+                                Level::Error
+                            };
+                            self.log(
+                                level,
+                                &format!(
+                                    "poll failed: {}; retrying in {}",
+                                    self.describe(&e),
+                                    format_duration(d)
+                                ),
+                            );
+                            if self.stop.wait_timeout(d) {
+                                return;
+                            }
+                            continue;
                         }
-                        continue;
                     }
-                },
+                }
             };
             while let Some(t) = task {
                 task = self.run_task(i, t);
@@ -843,7 +998,12 @@ impl Inner {
     }
 
     /// One long poll for one task; None when it ran out or its session was lost.
-    fn poll(&self, i: usize) -> Result<Option<PolledTask>, Error> {
+    fn poll(
+        &self,
+        i: usize,
+        target: Option<&str>,
+        conn: &Transport,
+    ) -> Result<Option<PolledTask>, Error> {
         let session = self.ensure_session(&self.stop)?;
         let tok = self.stop.child(None);
         {
@@ -853,12 +1013,19 @@ impl Inner {
             }
             st.polls[i] = Some((session.clone(), tok.clone()));
         }
+        if let Some(t) = target {
+            // The node left since the slot was routed (before the poll was there to be ended).
+            if !self.nodes.addresses().iter().any(|a| a == t) {
+                self.st.lock().unwrap().polls[i] = None;
+                return Ok(None);
+            }
+        }
         let body = json!({
             "session_id": session,
             "max_tasks": 1,
             "wait_s": self.opts.poll_wait.as_secs(),
         });
-        let res = self.slots[i].call::<TasksAnswer>(
+        let res = conn.call::<TasksAnswer>(
             "POST",
             "/v1/workers/poll",
             Some(&body),
@@ -916,16 +1083,46 @@ impl Inner {
             e.handler_done = true;
         }
         let take = !self.stop.is_cancelled();
-        match self.send(&self.slots[i], &task, &outcome, take) {
+        // The first delivery goes on the slot's connection, to the server that handed the task
+        // out; when that is a node's own address, `cut` ends it should the node leave the live
+        // list meanwhile (a paused server would hold it until the request's timeout).
+        let (target, conn, cut) = {
+            let mut st = self.st.lock().unwrap();
+            let target = st.targets[i].clone();
+            let cut = target.as_ref().map(|_| self.abandon.child(None));
+            st.deliveries[i] = cut.clone();
+            (target, st.conns[i].clone(), cut)
+        };
+        if let (Some(t), Some(c)) = (&target, &cut) {
+            // The node left while the task ran (before the cut was there to be found).
+            if !self.nodes.addresses().contains(t) {
+                c.cancel(Reason::Cancel);
+            }
+        }
+        let res = self.send(
+            &conn,
+            &task,
+            &outcome,
+            take,
+            cut.as_ref().unwrap_or(&self.abandon),
+        );
+        self.st.lock().unwrap().deliveries[i] = None;
+        drop(cut);
+        match res {
             Ok(tasks) => {
                 self.finished(&task.token);
                 self.first_of(tasks)
             }
             Err(err) => {
+                // A node's own address that did not answer (it left or died), or a delivery cut
+                // as it left: the configured address at once, no backoff.
+                let direct = target.is_some()
+                    && !self.abandon.is_cancelled()
+                    && matches!(err, Error::Connection(_) | Error::Cancelled);
                 self.st.lock().unwrap().active += 1;
                 let me = self.clone();
                 thread::spawn(move || {
-                    me.deliver(i, &task, outcome, err);
+                    me.deliver(&task, outcome, err, direct);
                     me.finished(&task.token);
                     me.done_one();
                 });
@@ -1037,6 +1234,7 @@ impl Inner {
         task: &PolledTask,
         outcome: &Outcome,
         take: bool,
+        cancel: &CancelToken,
     ) -> Result<Vec<PolledTask>, Error> {
         let mut body = Map::new();
         body.insert("token".into(), Value::String(task.token.clone()));
@@ -1061,7 +1259,7 @@ impl Inner {
             path,
             Some(&Value::Object(body)),
             self.opts.request_timeout,
-            Some(&self.abandon),
+            Some(cancel),
         )?;
         if a.accepted == Some(false) {
             self.log(
@@ -1084,9 +1282,12 @@ impl Inner {
     }
 
     /// Retries a report whose first try failed with `err` until it is delivered, the runtime
-    /// refuses it for good, or the worker gives up (a stop's grace passed). A result of an
-    /// attempt dispatched before a failover or a restart so reaches the new server.
-    fn deliver(&self, i: usize, task: &PolledTask, mut outcome: Outcome, mut err: Error) {
+    /// refuses it for good, or the worker gives up (a stop's grace passed), on the configured
+    /// address. A result of an attempt dispatched before a failover or a restart so reaches the
+    /// new server. With `direct` (the first try went to a node's own address, which did not
+    /// answer or left the live list), the first retry goes at once, without a backoff: it reaches
+    /// the execution's new owner before that owner redelivers the attempt.
+    fn deliver(&self, task: &PolledTask, mut outcome: Outcome, mut err: Error, mut direct: bool) {
         let mut r = Retrier::new(self.opts.backoff);
         let mut substituted = false;
         loop {
@@ -1104,7 +1305,18 @@ impl Inner {
                 Error::Api(a) if matches!(a.status, 400 | 413 | 422) => Some(a.clone()),
                 _ => None,
             };
-            if err.is_retryable() {
+            if direct {
+                direct = false;
+                self.log(
+                    Level::Debug,
+                    &format!(
+                        "result of {} not delivered to its node ({}); sending it to {}",
+                        task.token,
+                        self.describe(&err),
+                        self.main.server
+                    ),
+                );
+            } else if err.is_retryable() {
                 let d = r.next_delay();
                 self.log(
                     Level::Warn,
@@ -1152,7 +1364,7 @@ impl Inner {
                 }
                 return;
             }
-            match self.send(&self.slots[i], task, &outcome, false) {
+            match self.send(&self.main, task, &outcome, false, &self.abandon) {
                 Ok(_) => return,
                 Err(e) => err = e,
             }

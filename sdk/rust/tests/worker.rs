@@ -416,3 +416,187 @@ fn a_handler_past_its_deadline_is_cancelled_and_reported_as_deadline_exceeded() 
         (Some("DEADLINE_EXCEEDED"), Some(true))
     );
 }
+
+// ---- spreading the slots over a shared cluster's live nodes (src/nodes.rs) -----------------
+
+/// A `/v1/health` answer of a shared cluster whose live nodes advertise `addrs`.
+fn shared_health(addrs: &[&str]) -> Value {
+    let nodes: Vec<Value> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| json!({ "node_id": format!("node-{}", i + 1), "addr": a, "live": true }))
+        .collect();
+    json!({ "role": "shared", "nodes": nodes })
+}
+
+/// Two fake servers of one shared cluster (each knows every session), both live in the health
+/// answer of each; their task tokens differ.
+fn two_nodes() -> (FakeServer, FakeServer) {
+    let a = FakeServer::start();
+    let b = FakeServer::start();
+    let h = shared_health(&[&a.url, &b.url]);
+    for (f, first_id) in [(&a, 0), (&b, 100)] {
+        f.with(|st| {
+            st.any_session = true;
+            st.next_id = first_id;
+            st.canned.insert("GET /v1/health".into(), (200, h.clone()));
+        });
+    }
+    (a, b)
+}
+
+fn spread_options(f: &FakeServer, logger: Logger) -> WorkerOptions {
+    WorkerOptions {
+        logger: Some(logger),
+        node_refresh: Duration::from_millis(50),
+        ..options(f, vec![double()], 2)
+    }
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[test]
+fn spreads_its_slots_over_the_live_nodes_and_reports_each_result_to_its_node() {
+    let (a, b) = two_nodes();
+    let (logger, lines) = quiet();
+    let w = Worker::new(spread_options(&a, logger)).unwrap();
+    w.start().unwrap();
+    let both = sorted(vec![a.url.clone(), b.url.clone()]);
+    assert_eq!(w.node_addresses(), both);
+    // Two slots over two nodes: one polls each.
+    a.wait_until("a poll on a", |st| st.active_polls == 1);
+    b.wait_until("a poll on b", |st| st.active_polls == 1);
+    let ta = a.enqueue("t.double", json!({ "n": 1 }));
+    let tb = b.enqueue("t.double", json!({ "n": 2 }));
+    a.wait_until("the result on a", |st| st.results.len() == 1);
+    b.wait_until("the result on b", |st| st.results.len() == 1);
+    w.stop(Duration::from_secs(5)).unwrap();
+    // Each result went to the server that handed its task out, asking for the next one.
+    for (f, t) in [(&a, &ta), (&b, &tb)] {
+        let r = result_of(f, t);
+        assert_eq!(r["path"], "/v1/tasks/complete");
+        assert_eq!(r["max_tasks"], 1);
+    }
+    // Registration, heartbeats, unregistration and the health reads: the configured address.
+    b.with(|st| {
+        assert!(st.registers.is_empty());
+        assert_eq!(st.heartbeats, 0);
+        assert_eq!(st.unregs, 0);
+        assert!(!st.requests.iter().any(|p| p == "/v1/health"));
+    });
+    a.with(|st| {
+        assert_eq!(st.registers.len(), 1);
+        assert_eq!(st.unregs, 1);
+        assert!(st.requests.iter().any(|p| p == "/v1/health"));
+    });
+    let text = lines.lock().unwrap().join("\n");
+    assert!(
+        text.contains(&format!(
+            "INFO orbit slots spread over 2 node(s): {}",
+            both.join(", ")
+        )),
+        "{}",
+        text
+    );
+}
+
+#[test]
+fn a_result_on_its_way_to_a_node_that_leaves_goes_to_the_configured_address_at_once() {
+    let (a, b) = two_nodes();
+    b.with(|st| {
+        st.stall.insert("/v1/tasks/complete".into());
+    });
+    let (logger, _) = quiet();
+    let w = Worker::new(WorkerOptions {
+        // Far past the test's patience: only the cut ends the held delivery.
+        request_timeout: Duration::from_secs(60),
+        ..spread_options(&a, logger)
+    })
+    .unwrap();
+    w.start().unwrap();
+    b.wait_until("a poll on b", |st| st.active_polls == 1);
+    let t = b.enqueue("t.double", json!({ "n": 3 }));
+    b.wait_until("the result held by b", |st| st.stalled == 1);
+    let left = Instant::now();
+    a.with(|st| {
+        st.canned
+            .insert("GET /v1/health".into(), (200, shared_health(&[&a.url])));
+    });
+    a.wait_until("the result on a", |st| {
+        st.results.iter().any(|r| r["token"] == t.as_str())
+    });
+    assert!(
+        left.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        left.elapsed()
+    );
+    let r = result_of(&a, &t);
+    assert_eq!(r["output"], json!({ "doubled": 6 }));
+    assert!(r.get("max_tasks").is_none(), "{}", r);
+    assert_eq!(w.node_addresses(), vec![a.url.clone()]);
+    // Both slots poll the configured address now.
+    a.wait_until("two polls on a", |st| st.active_polls == 2);
+    w.stop(Duration::from_secs(5)).unwrap();
+    b.with(|st| st.stall.clear());
+}
+
+#[test]
+fn a_node_whose_address_does_not_answer_is_left_out_without_a_backoff() {
+    let a = FakeServer::start();
+    // A port that nothing listens on: taken, then closed.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    a.with(|st| {
+        st.canned.insert(
+            "GET /v1/health".into(),
+            (200, shared_health(&[&a.url, &dead])),
+        );
+    });
+    let (logger, lines) = quiet();
+    let w = Worker::new(spread_options(&a, logger)).unwrap();
+    w.start().unwrap();
+    // The dead node's slot polls the configured address at once.
+    a.wait_until("two polls on a", |st| st.active_polls == 2);
+    let tokens: Vec<String> = (0..4)
+        .map(|n| a.enqueue("t.double", json!({ "n": n })))
+        .collect();
+    a.wait_until("four results", |st| st.results.len() == 4);
+    w.stop(Duration::from_secs(5)).unwrap();
+    for t in &tokens {
+        assert_eq!(result_of(&a, t)["path"], "/v1/tasks/complete");
+    }
+    let text = lines.lock().unwrap().join("\n");
+    let warned: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("WARN orbit node {} did not answer (", dead)))
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", text);
+    assert!(
+        warned[0].ends_with(&format!("); its slots use {} for 10 s", a.url)),
+        "{}",
+        warned[0]
+    );
+    assert!(!text.contains("poll failed"), "{}", text);
+}
+
+#[test]
+fn with_spreading_off_every_slot_uses_the_configured_address() {
+    let (a, b) = two_nodes();
+    let (logger, _) = quiet();
+    let w = Worker::new(WorkerOptions {
+        spread_over_nodes: false,
+        ..spread_options(&a, logger)
+    })
+    .unwrap();
+    w.start().unwrap();
+    a.wait_until("two polls on a", |st| st.active_polls == 2);
+    assert!(w.node_addresses().is_empty());
+    w.stop(Duration::from_secs(5)).unwrap();
+    assert!(a.with(|st| !st.requests.iter().any(|p| p == "/v1/health")));
+    assert!(b.with(|st| st.requests.is_empty()));
+}

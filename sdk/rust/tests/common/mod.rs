@@ -32,6 +32,13 @@ pub struct FakeState {
     pub unregs: usize,
     /// Canned answers of the client's routes: "METHOD path" -> (status, body).
     pub canned: HashMap<String, (u16, Value)>,
+    /// Every session id counts as known (a server of a shared cluster: the worker registered
+    /// through another one).
+    pub any_session: bool,
+    /// Paths whose requests are held (unanswered) while listed.
+    pub stall: HashSet<String>,
+    /// Requests held now.
+    pub stalled: usize,
 }
 
 pub struct FakeServer {
@@ -201,6 +208,17 @@ fn handle(
         return (s, v, chunked);
     }
     let session = body["session_id"].as_str().unwrap_or("").to_string();
+    if st.any_session && !session.is_empty() {
+        st.sessions.insert(session.clone());
+    }
+    if st.stall.contains(path) {
+        st.stalled += 1;
+        cv.notify_all();
+        while st.stall.contains(path) {
+            st = cv.wait_timeout(st, Duration::from_millis(20)).unwrap().0;
+        }
+        st.stalled -= 1;
+    }
     let answer = match path {
         "/v1/workers/register" => {
             st.next_id += 1;
