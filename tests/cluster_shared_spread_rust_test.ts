@@ -1,0 +1,190 @@
+/**
+ * A Rust SDK worker in a shared cluster spreads its slots over the live servers
+ * (`spread_over_nodes`, sdk/rust/src/nodes.rs), as the TypeScript and Python workers do
+ * (tests/cluster_shared_spread_test.ts): two real shared servers on one real PostgreSQL, a real
+ * Rust worker process (sdk/rust/examples/spread.rs) given the first server's address only. Its
+ * slots poll both servers at the addresses `/v1/health` advertises, each server hands out the
+ * tasks of the executions it owns, and no result is forwarded between them. A server whose
+ * advertised address does not answer is left out, and its executions' tasks still run. Skipped,
+ * loudly, where cargo or Debian's serde crates are not installed; CI installs them.
+ */
+import assert from "node:assert/strict";
+import { api, tempDir, waitFor } from "./support/server.ts";
+import { sharedPostgres } from "./support/pg.ts";
+import { type NodeProcess, startSharedCluster, tail } from "./support/shared_cluster.ts";
+import { cargoCommand, rustMissing } from "./conformance/sdks.ts";
+
+const T = { sanitizeOps: false, sanitizeResources: false };
+const RUST_DIR = new URL("../sdk/rust", import.meta.url).pathname;
+
+const missing = await rustMissing();
+if (missing) console.warn(`!!! SKIPPING the Rust worker's shared-cluster spread tests: ${missing}`);
+
+const TWO_STEPS = {
+  ir: "orbit-ir/1",
+  name: "SpreadSteps",
+  version: "1.0.0",
+  steps: [
+    { id: "a", task: "t.spread", contract: "1", input: "{% $input %}" },
+    { id: "b", task: "t.spread", contract: "1", input: "{% $steps.a %}" },
+  ],
+};
+
+let built: Promise<string> | null = null;
+/** The example worker `spread`, built once and copied out of the shared target directory. */
+function spreadProgram(): Promise<string> {
+  built ??= (async () => {
+    const { cargo, env } = (await cargoCommand())!;
+    const build = await new Deno.Command(cargo, {
+      args: ["build", "--offline", "--quiet", "--example", "spread"],
+      cwd: RUST_DIR,
+      env,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.ok(build.success, new TextDecoder().decode(build.stderr));
+    // A copy: a build running meanwhile (the unit tests') may replace the target dir's file.
+    const dir = await tempDir();
+    globalThis.addEventListener("unload", () => Deno.removeSync(dir, { recursive: true }));
+    const bin = `${dir}/spread-rust`;
+    await Deno.copyFile(`${env.CARGO_TARGET_DIR}/debug/examples/spread`, bin);
+    await Deno.chmod(bin, 0o755);
+    return bin;
+  })();
+  return built;
+}
+
+/** The Rust worker on `server`; `out()` is its standard output (log lines and `ran …` lines). */
+async function rustWorker(server: string) {
+  const child = new Deno.Command(await spreadProgram(), {
+    args: [server],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  let text = "";
+  const pump = (async () => {
+    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) text += chunk;
+  })();
+  return {
+    out: () => text,
+    ran: () => text.split("\n").filter((l) => l.startsWith("ran ")),
+    /** Kills it (SIGKILL, by its PID) and waits until it exited. */
+    async kill(): Promise<void> {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* gone */ }
+      await child.status;
+      await pump;
+    },
+  };
+}
+
+/** Starts `id` of SpreadSteps through `base` (that server owns it) and waits until it completed. */
+async function runOne(base: string, id: string): Promise<void> {
+  const end = Date.now() + 10_000;
+  for (;;) {
+    const r = await api(base).post("/v1/executions", {
+      workflow: "SpreadSteps",
+      execution_id: id,
+      input: { id },
+    });
+    if (r.status === 201) break;
+    // The other server may not have read the definition yet.
+    if (r.status === 404 && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 100));
+      continue;
+    }
+    assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+  const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
+  assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
+}
+
+Deno.test({
+  ...T,
+  name: "shared: a Rust worker given one server's address polls every live server, and each " +
+    "server's results stay on it",
+  ignore: missing !== null,
+  fn: async () => {
+    await spreadProgram(); // before the servers start: the build takes a while on a busy machine
+    const db = await (await sharedPostgres()).createDatabase();
+    const c = await startSharedCluster({ db, nodes: 2, proxy: false });
+    let worker: Awaited<ReturnType<typeof rustWorker>> | null = null;
+    try {
+      const [one, two] = c.nodes as [NodeProcess, NodeProcess];
+      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+      const w = worker = await rustWorker(one.url);
+      await waitFor(() => /slots spread over 2 node\(s\)/.test(w.out()), "the spread line", 20_000);
+      assert.ok(
+        w.out().includes(`slots spread over 2 node(s): ${[one.url, two.url].sort().join(", ")}`),
+        w.out(),
+      );
+      // One at a time, alternately owned by each server: every task goes to a slot polling its
+      // owner, whose result comes back to it.
+      for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `rs-spread-${i}`);
+      assert.equal(w.ran().length, 20, w.out());
+      assert.equal(new Set(w.ran()).size, 20, `an attempt ran twice:\n${w.out()}`);
+      for (const n of [one, two]) {
+        assert.ok(await n.metric("orbit_poll_latency_seconds_count") > 0, `${n.id}: no polls`);
+        for (const kind of ["complete", "fail", "dispatched"]) {
+          assert.equal(
+            await n.metric("orbit_commands_forwarded_total", `{kind="${kind}"}`),
+            0,
+            `${n.id} forwarded ${kind}`,
+          );
+        }
+      }
+    } catch (e) {
+      console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
+      if (worker) console.error(`the Rust worker's output:\n${worker.out()}`);
+      throw e;
+    } finally {
+      await worker?.kill();
+      await c.close();
+    }
+  },
+});
+
+Deno.test({
+  ...T,
+  name: "shared: a Rust worker leaves out a server whose advertised address does not answer; " +
+    "its executions' tasks still run",
+  ignore: missing !== null,
+  fn: async () => {
+    await spreadProgram();
+    // A port that nothing listens on: taken, then closed.
+    const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const dead = `http://127.0.0.1:${(l.addr as Deno.NetAddr).port}`;
+    l.close();
+    const db = await (await sharedPostgres()).createDatabase();
+    const c = await startSharedCluster({ db, nodes: 1, proxy: false });
+    let worker: Awaited<ReturnType<typeof rustWorker>> | null = null;
+    try {
+      const one = c.nodes[0]!;
+      const two = await c.addNode("node-2", { args: ["--advertise-addr", dead] });
+      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+      const w = worker = await rustWorker(one.url);
+      await waitFor(() => /slots spread over 2 node\(s\)/.test(w.out()), "the spread line", 20_000);
+      assert.ok(
+        w.out().includes(`slots spread over 2 node(s): ${[one.url, dead].sort().join(", ")}`),
+        w.out(),
+      );
+      for (let i = 0; i < 6; i++) await runOne(i % 2 ? two.url : one.url, `rs-dead-${i}`);
+      assert.equal(w.ran().length, 12, w.out());
+      assert.match(
+        w.out(),
+        new RegExp(`node ${dead} did not answer \\(.+\\); its slots use ${one.url} for 10 s`),
+      );
+      // Left out without a backoff: no poll failure was logged.
+      assert.doesNotMatch(w.out(), /poll failed/);
+    } catch (e) {
+      console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
+      if (worker) console.error(`the Rust worker's output:\n${worker.out()}`);
+      throw e;
+    } finally {
+      await worker?.kill();
+      await c.close();
+    }
+  },
+});
