@@ -4,9 +4,11 @@
  * (tests/cluster_shared_spread_test.ts): two real shared servers on one real PostgreSQL, a real
  * Rust worker process (sdk/rust/examples/spread.rs) given the first server's address only. Its
  * slots poll both servers at the addresses `/v1/health` advertises, each server hands out the
- * tasks of the executions it owns, and no result is forwarded between them. A server whose
- * advertised address does not answer is left out, and its executions' tasks still run. Skipped,
- * loudly, where cargo or Debian's serde crates are not installed; CI installs them.
+ * tasks of the executions it owns, and no result is forwarded between them. When a server dies,
+ * its slots move and the work goes on; a server whose advertised address does not answer is left
+ * out, and its executions' tasks still run; a result on its way to a paused server is sent to the
+ * given address once that server leaves the live list. Skipped, loudly, where cargo or Debian's
+ * serde crates are not installed; CI installs them.
  */
 import assert from "node:assert/strict";
 import { api, tempDir, waitFor } from "./support/server.ts";
@@ -54,14 +56,19 @@ function spreadProgram(): Promise<string> {
   return built;
 }
 
-/** The Rust worker on `server`; `out()` is its standard output (log lines and `ran …` lines). */
-async function rustWorker(server: string) {
+/**
+ * The Rust worker on `server`; `out()` is its standard output (log lines and `ran …` lines),
+ * `release()` lets its `t.slow` attempts finish.
+ */
+async function rustWorker(server: string, env: Record<string, string> = {}) {
   const child = new Deno.Command(await spreadProgram(), {
     args: [server],
-    stdin: "null",
+    env,
+    stdin: "piped",
     stdout: "piped",
     stderr: "inherit",
   }).spawn();
+  const stdin = child.stdin.getWriter();
   let text = "";
   const pump = (async () => {
     for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) text += chunk;
@@ -69,27 +76,27 @@ async function rustWorker(server: string) {
   return {
     out: () => text,
     ran: () => text.split("\n").filter((l) => l.startsWith("ran ")),
+    async release(): Promise<void> {
+      await stdin.write(new TextEncoder().encode("finish\n"));
+    },
     /** Kills it (SIGKILL, by its PID) and waits until it exited. */
     async kill(): Promise<void> {
       try {
         child.kill("SIGKILL");
       } catch { /* gone */ }
+      await stdin.close().catch(() => {});
       await child.status;
       await pump;
     },
   };
 }
 
-/** Starts `id` of SpreadSteps through `base` (that server owns it) and waits until it completed. */
-async function runOne(base: string, id: string): Promise<void> {
+/** Starts `id` of `workflow` through `base` (that server owns it). */
+async function start(base: string, workflow: string, id: string): Promise<void> {
   const end = Date.now() + 10_000;
   for (;;) {
-    const r = await api(base).post("/v1/executions", {
-      workflow: "SpreadSteps",
-      execution_id: id,
-      input: { id },
-    });
-    if (r.status === 201) break;
+    const r = await api(base).post("/v1/executions", { workflow, execution_id: id, input: { id } });
+    if (r.status === 201) return;
     // The other server may not have read the definition yet.
     if (r.status === 404 && Date.now() < end) {
       await new Promise((r) => setTimeout(r, 100));
@@ -97,6 +104,11 @@ async function runOne(base: string, id: string): Promise<void> {
     }
     assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
   }
+}
+
+/** Starts `id` of SpreadSteps through `base` (that server owns it) and waits until it completed. */
+async function runOne(base: string, id: string): Promise<void> {
+  await start(base, "SpreadSteps", id);
   const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
   assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
 }
@@ -104,7 +116,7 @@ async function runOne(base: string, id: string): Promise<void> {
 Deno.test({
   ...T,
   name: "shared: a Rust worker given one server's address polls every live server, and each " +
-    "server's results stay on it",
+    "server's results stay on it; a killed server's slots move",
   ignore: missing !== null,
   fn: async () => {
     await spreadProgram(); // before the servers start: the build takes a while on a busy machine
@@ -135,6 +147,19 @@ Deno.test({
           );
         }
       }
+
+      // The second server dies: its slots move to the configured address at once, and the live
+      // list loses it once its heartbeat is older than the node timeout.
+      await two.kill(); // SIGKILL
+      for (let i = 10; i < 14; i++) await runOne(one.url, `rs-spread-${i}`);
+      await waitFor(
+        () => w.out().includes(`slots spread over 1 node(s): ${one.url}`),
+        "the worker to read one live node",
+        20_000,
+      );
+      for (let i = 14; i < 18; i++) await runOne(one.url, `rs-spread-${i}`);
+      assert.equal(w.ran().length, 36, w.out());
+      assert.equal(new Set(w.ran()).size, 36, `an attempt ran twice:\n${w.out()}`);
     } catch (e) {
       console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
       if (worker) console.error(`the Rust worker's output:\n${worker.out()}`);
@@ -183,6 +208,59 @@ Deno.test({
       if (worker) console.error(`the Rust worker's output:\n${worker.out()}`);
       throw e;
     } finally {
+      await worker?.kill();
+      await c.close();
+    }
+  },
+});
+
+const SLOW = {
+  ir: "orbit-ir/1",
+  name: "SpreadSlow",
+  version: "1.0.0",
+  steps: [{ id: "a", task: "t.slow", contract: "1", input: "{% $input %}" }],
+};
+
+Deno.test({
+  ...T,
+  name: "shared: a result a Rust worker has on its way to a paused server goes to the given " +
+    "address once that server leaves the live list, before its attempt is redelivered",
+  ignore: missing !== null,
+  fn: async () => {
+    await spreadProgram();
+    const db = await (await sharedPostgres()).createDatabase();
+    const c = await startSharedCluster({ db, nodes: 2, proxy: false });
+    let worker: Awaited<ReturnType<typeof rustWorker>> | null = null;
+    const [one, two] = c.nodes as [NodeProcess, NodeProcess];
+    try {
+      assert.equal((await api(one.url).post("/v1/workflows", SLOW)).status, 201);
+      const w = worker = await rustWorker(one.url, {
+        // One slot per server: node-2's own slot takes the task of the execution it owns.
+        SPREAD_CONCURRENCY: "2",
+        // Far past the takeover and the redelivery that follows it: only the cut ends it.
+        SPREAD_REQUEST_TIMEOUT_MS: "60000",
+      });
+      await waitFor(() => /slots spread over 2 node\(s\)/.test(w.out()), "the spread line", 20_000);
+      await start(two.url, "SpreadSlow", "rs-held-1");
+      await waitFor(() => w.ran().length === 1, "the attempt to run", 20_000);
+      // node-2 stops answering with the result on its way to it.
+      two.pause();
+      const paused = Date.now();
+      await w.release();
+      const done = await api(one.url).get("/v1/executions/rs-held-1/wait?timeout_s=30");
+      assert.equal(done.body.status, "completed", JSON.stringify(done.body));
+      const took = Date.now() - paused;
+      assert.ok(took < 15_000, `completed ${took} ms after the pause`);
+      assert.equal(w.ran().length, 1, `the attempt ran again:\n${w.out()}`);
+      const h = await api(one.url).get("/v1/executions/rs-held-1/history");
+      const types = (h.body.events as { type: string }[]).map((e) => e.type);
+      assert.equal(types.includes("StepAttemptUncertain"), false, types.join(", "));
+    } catch (e) {
+      console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
+      if (worker) console.error(`the Rust worker's output:\n${worker.out()}`);
+      throw e;
+    } finally {
+      two.resume();
       await worker?.kill();
       await c.close();
     }
