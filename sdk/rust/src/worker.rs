@@ -58,7 +58,7 @@ pub struct WorkerOptions {
     /// true. Registration, heartbeats and unregistration stay on `server`. See README.md and
     /// docs/clusters.md, "Workers connect to every server".
     pub spread_over_nodes: bool,
-    /// How often the live servers are read again (default 5 s).
+    /// How often the live servers are read again (default 5 s, at least 50 ms).
     pub node_refresh: Duration,
 }
 
@@ -261,6 +261,7 @@ impl Worker {
         if opts.node_refresh == zero {
             opts.node_refresh = Duration::from_secs(5);
         }
+        opts.node_refresh = opts.node_refresh.max(Duration::from_millis(50));
         let mut tasks = HashMap::new();
         for t in &opts.tasks {
             if t.name().is_empty() || t.contract().is_empty() {
