@@ -20,8 +20,8 @@ namespace Orbit.Tests
     {
         readonly HttpListener listener = new HttpListener();
         public readonly string Url;
-        public readonly object Gate = new object();
-        public readonly HashSet<string> Sessions = new HashSet<string>();
+        public readonly object Gate;
+        public readonly HashSet<string> Sessions;
         public readonly List<JObject> Queue = new List<JObject>();
         public readonly List<JObject> Results = new List<JObject>();
         public readonly List<JObject> Polls = new List<JObject>();
@@ -32,13 +32,23 @@ namespace Orbit.Tests
         public Func<string, string, JObject, Tuple<int, JToken>> Other;
         public string LastQuery;
         public string LastAuthorization;
-        int nextId;
+        readonly int[] ids; // the next id, shared with the servers of the same cluster
         public int ActivePolls;
         public int Unregistrations;
         public int Heartbeats;
+        /// <summary>How long a poll waits for a task (set under Gate).</summary>
+        public TimeSpan PollHold = TimeSpan.FromSeconds(2);
+        /// <summary>While true, results are received (listed in Requests) but not answered: a paused server (set under Gate).</summary>
+        public bool HoldResults;
 
-        public FakeServer()
+        public FakeServer() : this(null) { }
+
+        /// <summary>A server of the same cluster as <paramref name="peer"/>: its sessions (and its Gate) are shared.</summary>
+        public FakeServer(FakeServer peer)
         {
+            Gate = peer != null ? peer.Gate : new object();
+            Sessions = peer != null ? peer.Sessions : new HashSet<string>();
+            ids = peer != null ? peer.ids : new int[1];
             var probe = new TcpListener(IPAddress.Loopback, 0);
             probe.Start();
             var port = ((IPEndPoint)probe.LocalEndpoint).Port;
@@ -81,7 +91,7 @@ namespace Orbit.Tests
         {
             lock (Gate)
             {
-                nextId++;
+                var nextId = ++ids[0];
                 var token = string.Format("x-{0}/t{0}", nextId);
                 Queue.Add(new JObject
                 {
@@ -180,8 +190,7 @@ namespace Orbit.Tests
                         string id;
                         lock (Gate)
                         {
-                            nextId++;
-                            id = "sess-" + nextId;
+                            id = "sess-" + ++ids[0];
                             Sessions.Add(id);
                         }
                         Write(ctx, 200, new JObject { { "session_id", id } });
@@ -196,8 +205,9 @@ namespace Orbit.Tests
                         }
                         try
                         {
-                            var end = DateTime.UtcNow.AddSeconds(2);
-                            while (true)
+                            DateTime end;
+                            lock (Gate) end = DateTime.UtcNow + PollHold;
+                            while (listener.IsListening)
                             {
                                 lock (Gate)
                                 {
@@ -220,6 +230,7 @@ namespace Orbit.Tests
                                 }
                                 await Task.Delay(10).ConfigureAwait(false);
                             }
+                            return; // stopped
                         }
                         finally
                         {
@@ -254,6 +265,15 @@ namespace Orbit.Tests
                 case "/v1/tasks/complete":
                 case "/v1/tasks/fail":
                     {
+                        while (true)
+                        {
+                            lock (Gate)
+                            {
+                                if (!HoldResults) break;
+                            }
+                            if (!listener.IsListening) return;
+                            await Task.Delay(10).ConfigureAwait(false);
+                        }
                         var tasks = new JArray();
                         lock (Gate)
                         {

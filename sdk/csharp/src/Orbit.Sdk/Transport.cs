@@ -80,7 +80,7 @@ namespace Orbit
     /// <c>{"error":{…}}</c> answers into <see cref="OrbitApiException"/> and network failures into
     /// <see cref="OrbitConnectionException"/>.
     /// </summary>
-    internal sealed class Transport
+    internal sealed class Transport : IDisposable
     {
         public readonly string Server;
         readonly string token;
@@ -102,6 +102,12 @@ namespace Orbit
             Server = CheckServer(server);
             this.token = string.IsNullOrEmpty(token) ? null : token;
             http = new HttpClient(handler ?? NewHandler(), true) { Timeout = System.Threading.Timeout.InfiniteTimeSpan };
+        }
+
+        /// <summary>Closes the connection pool (a request on it afterwards fails as a connection error).</summary>
+        public void Dispose()
+        {
+            http.Dispose();
         }
 
         /// <summary>A connection pool of its own (a worker gives one to each slot).</summary>

@@ -39,6 +39,14 @@ namespace Orbit
         public bool Debug { get; set; }
         /// <summary>Makes the HTTP handler of each slot and of the session's own requests (default: a new connection pool each).</summary>
         public Func<HttpMessageHandler> HttpHandlerFactory { get; set; }
+        /// <summary>
+        /// In a cluster in shared mode, spread the slots over every live server at the address it
+        /// advertises in <c>/v1/health</c> (default true; see docs/clusters.md, "Workers connect
+        /// to every server"). Registration and heartbeats stay on <see cref="Server"/>.
+        /// </summary>
+        public bool SpreadOverNodes { get; set; } = true;
+        /// <summary>How often the live servers are read again from <c>/v1/health</c> (default 5 s).</summary>
+        public TimeSpan NodeRefresh { get; set; }
     }
 
     /// <summary>
@@ -65,9 +73,15 @@ namespace Orbit
 
         sealed class Slot
         {
+            public int Index;
+            /// <summary>The node this slot talks to (its advertised address), or null: the configured address.</summary>
+            public string Target;
+            /// <summary>The slot's own connection pool, to Target or the configured address.</summary>
             public Transport Tr;
             public string PollSession;
             public CancellationTokenSource PollCts;
+            /// <summary>Ends the first delivery of a result to the slot's node when that node leaves.</summary>
+            public CancellationTokenSource DeliveryCts;
         }
 
         readonly WorkerOptions opts;
@@ -75,6 +89,7 @@ namespace Orbit
         readonly Transport main;
         readonly List<Slot> slots = new List<Slot>();
         readonly Action<string> logger;
+        readonly Nodes nodes;
 
         readonly object gate = new object();
         string state = "new";
@@ -118,12 +133,15 @@ namespace Orbit
                 Logger = options.Logger,
                 Debug = options.Debug,
                 HttpHandlerFactory = options.HttpHandlerFactory ?? Transport.NewHandler,
+                SpreadOverNodes = options.SpreadOverNodes,
+                NodeRefresh = options.NodeRefresh > TimeSpan.Zero ? options.NodeRefresh : TimeSpan.FromSeconds(5),
             };
             if (opts.PollWait > TimeSpan.FromSeconds(60)) opts.PollWait = TimeSpan.FromSeconds(60);
             logger = opts.Logger ?? DefaultLogger;
             main = new Transport(opts.Server, opts.Token, opts.HttpHandlerFactory());
             for (var i = 0; i < opts.Concurrency; i++)
-                slots.Add(new Slot { Tr = new Transport(opts.Server, opts.Token, opts.HttpHandlerFactory()) });
+                slots.Add(new Slot { Index = i, Tr = new Transport(opts.Server, opts.Token, opts.HttpHandlerFactory()) });
+            nodes = new Nodes(ReadHealthAsync, Log, main.Server, opts.SpreadOverNodes, opts.NodeRefresh, NodesLeft);
             foreach (var t in opts.Tasks)
             {
                 if (t == null || string.IsNullOrEmpty(t.Name) || string.IsNullOrEmpty(t.Contract))
@@ -145,6 +163,12 @@ namespace Orbit
 
         /// <summary>The runtime's URL.</summary>
         public string Server { get { return main.Server; } }
+
+        /// <summary>
+        /// The live servers of a shared cluster the slots are spread over, as last read (empty:
+        /// every slot uses <see cref="Server"/>).
+        /// </summary>
+        public IList<string> NodeAddresses { get { return nodes.Addresses; } }
 
         /// <summary>The current session, or null while the worker is not registered.</summary>
         public string SessionId { get { lock (gate) return session; } }
@@ -187,12 +211,26 @@ namespace Orbit
                     error = e;
                 }
             }
+            if (error == null)
+            {
+                // In a shared cluster, the live servers to spread the slots over (one health
+                // read, then one every NodeRefresh until the worker stops).
+                try
+                {
+                    await nodes.StartAsync(hbCts.Token).ConfigureAwait(false);
+                }
+                catch (OperationCanceledException)
+                {
+                    // stopping
+                }
+            }
             lock (gate)
             {
                 if (state == "stopping") return; // StopAsync was called meanwhile: its shutdown finishes the job
                 if (error != null)
                 {
                     state = "stopped";
+                    CloseSlots();
                     Interlocked.Exchange(ref stopping, 1);
                     stopCts.Cancel();
                     done.TrySetResult(true);
@@ -291,7 +329,11 @@ namespace Orbit
             stopCts.Cancel();
             if (!started)
             {
-                lock (gate) state = "stopped";
+                lock (gate)
+                {
+                    state = "stopped";
+                    CloseSlots();
+                }
                 done.TrySetResult(true);
                 return;
             }
@@ -319,10 +361,24 @@ namespace Orbit
             }
             hbCts.Cancel();
             try { await heartbeat.ConfigureAwait(false); } catch (Exception) { /* ended */ }
+            try { await nodes.StopAsync().ConfigureAwait(false); } catch (Exception) { /* ended */ }
             await UnregisterAsync().ConfigureAwait(false);
-            lock (gate) state = "stopped";
+            lock (gate)
+            {
+                state = "stopped";
+                CloseSlots();
+            }
             Log("INFO", "worker stopped worker_id={0}", opts.WorkerId);
             done.TrySetResult(true);
+        }
+
+        /// <summary>
+        /// Closes the slots' own connection pools, under the gate (a handler that ignored its
+        /// token and reports later finds its pool closed: a connection error, its result given up).
+        /// </summary>
+        void CloseSlots()
+        {
+            foreach (var s in slots) s.Tr.Dispose();
         }
 
         async Task DrainAsync()
@@ -471,6 +527,48 @@ namespace Orbit
                 Log("WARN", "unregister failed: {0}; giving up", Describe(err));
                 return;
             }
+        }
+
+        // ---- the cluster's nodes -------------------------------------------------------
+
+        Task<JToken> ReadHealthAsync(CancellationToken ct)
+        {
+            var timeout = opts.RequestTimeout < TimeSpan.FromSeconds(10) ? opts.RequestTimeout : TimeSpan.FromSeconds(10);
+            return main.SendAsync("GET", "/v1/health", null, null, ct, timeout);
+        }
+
+        /// <summary>Ends the polls and cuts the first deliveries of the slots whose nodes left the live list.</summary>
+        void NodesLeft(ISet<string> left)
+        {
+            var ended = new List<CancellationTokenSource>();
+            lock (gate)
+            {
+                foreach (var s in slots)
+                {
+                    if (s.Target == null || !left.Contains(s.Target)) continue;
+                    if (s.PollCts != null) ended.Add(s.PollCts);
+                    if (s.DeliveryCts != null) ended.Add(s.DeliveryCts);
+                }
+            }
+            foreach (var c in ended)
+            {
+                try { c.Cancel(); } catch (ObjectDisposedException) { /* ended meanwhile */ }
+            }
+        }
+
+        /// <summary>Points the slot at the node it should talk to now (a connection pool of its own for that address when it changed).</summary>
+        void Route(Slot s)
+        {
+            var target = nodes.TargetFor(s.Index);
+            Transport old;
+            lock (gate)
+            {
+                if (target == s.Target) return;
+                old = s.Tr;
+                s.Tr = new Transport(target ?? main.Server, opts.Token, opts.HttpHandlerFactory());
+                s.Target = target;
+            }
+            old.Dispose();
         }
 
         // ---- heartbeats ---------------------------------------------------------------

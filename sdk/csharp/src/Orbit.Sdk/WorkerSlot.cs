@@ -28,7 +28,9 @@ namespace Orbit
         /// <summary>
         /// One concurrency slot: a long poll for one task on the slot's connection pool, the task
         /// run, its result reported on the same pool asking for the next task (eager dispatch),
-        /// and so on while answers carry one.
+        /// and so on while answers carry one. Before each poll the slot is routed to its node
+        /// (<see cref="Nodes"/>): in a shared cluster, the poll, the result and the next task all
+        /// reach the server that owns the execution.
         /// </summary>
         async Task SlotLoopAsync(Slot s)
         {
@@ -40,6 +42,7 @@ namespace Orbit
                 if (task == null)
                 {
                     Exception err = null;
+                    Route(s);
                     try
                     {
                         task = await PollAsync(s).ConfigureAwait(false);
@@ -56,6 +59,13 @@ namespace Orbit
                     if (err != null)
                     {
                         if (stop.IsCancellationRequested) return;
+                        if (s.Target != null && err is OrbitConnectionException)
+                        {
+                            // The node's own address does not answer: the configured address
+                            // meanwhile, at once.
+                            nodes.Unreachable(s.Target, ((OrbitConnectionException)err).Reason);
+                            continue;
+                        }
                         var d = r.Next();
                         Log(OrbitException.IsRetryable(err) ? "WARN" : "ERROR", "poll failed: {0}; retrying in {1}", Describe(err), Backoff.Format(d));
                         try
@@ -192,22 +202,42 @@ namespace Orbit
             }
             var take = !stopCts.IsCancellationRequested;
             Exception err;
-            try
+            // The first delivery goes on the slot's connection, to the server that handed the
+            // task out. When that is a node's own address, it is cut should the node leave the
+            // live list meanwhile (a paused server would hold it until the request's timeout).
+            var direct = s.Target != null;
+            using (var cut = direct ? CancellationTokenSource.CreateLinkedTokenSource(abandonCts.Token) : null)
             {
-                var answer = await SendResultAsync(s.Tr, task, o, take).ConfigureAwait(false);
-                Finished(token);
-                return take ? FirstOf(answer) : null;
+                if (direct)
+                {
+                    lock (gate) s.DeliveryCts = cut;
+                    if (!nodes.IsLive(s.Target)) cut.Cancel(); // it left before the delivery began
+                }
+                var ct = direct ? cut.Token : abandonCts.Token;
+                try
+                {
+                    ct.ThrowIfCancellationRequested(); // not sent at all to a node that left
+                    var answer = await SendResultAsync(s.Tr, task, o, take, ct).ConfigureAwait(false);
+                    Finished(token);
+                    return take ? FirstOf(answer) : null;
+                }
+                catch (Exception ex)
+                {
+                    err = ex;
+                }
+                finally
+                {
+                    if (direct) lock (gate) s.DeliveryCts = null;
+                }
             }
-            catch (Exception ex)
-            {
-                err = ex;
-            }
+            var refusedConnection = err as OrbitConnectionException;
+            if (direct && refusedConnection != null) nodes.Unreachable(s.Target, refusedConnection.Reason);
             lock (gate)
             {
                 background.RemoveAll(t => t.IsCompleted);
                 background.Add(System.Threading.Tasks.Task.Run(async () =>
                 {
-                    try { await DeliverAsync(s.Tr, task, o, err).ConfigureAwait(false); }
+                    try { await DeliverAsync(task, o, err, direct).ConfigureAwait(false); }
                     finally { Finished(token); }
                 }));
             }
@@ -314,7 +344,7 @@ namespace Orbit
         }
 
         /// <summary>Reports a result once; with take it asks for the slot's next task in the same request.</summary>
-        async Task<JToken> SendResultAsync(Transport tr, JObject task, Outcome o, bool take)
+        async Task<JToken> SendResultAsync(Transport tr, JObject task, Outcome o, bool take, CancellationToken ct)
         {
             var token = Str(task, "token");
             var body = new JObject { { "token", token } };
@@ -334,7 +364,7 @@ namespace Orbit
                 body["session_id"] = sess;
                 body["max_tasks"] = 1;
             }
-            var res = await tr.SendAsync("POST", path, null, body, abandonCts.Token, opts.RequestTimeout).ConfigureAwait(false);
+            var res = await tr.SendAsync("POST", path, null, body, ct, opts.RequestTimeout).ConfigureAwait(false);
             var accepted = res != null && res.Type == JTokenType.Object ? res["accepted"] : null;
             if (accepted != null && accepted.Type == JTokenType.Boolean && !(bool)accepted)
                 Log("INFO", "result not accepted (the step already has one) token={0} step={1}", token, Str(task, "step"));
@@ -345,10 +375,16 @@ namespace Orbit
 
         /// <summary>
         /// Retries a report whose first try failed with err until it is delivered, the runtime
-        /// refuses it for good, or the worker gives up (a stop's grace passed).
+        /// refuses it for good, or the worker gives up (a stop's grace passed). Retries go to the
+        /// configured address; at once when the first try went to a node's own address
+        /// (<paramref name="direct"/>) and did not connect or was cut (the node left or died: the
+        /// configured address reaches a live server, which hands the result to the execution's
+        /// new owner before that owner redelivers the attempt).
         /// </summary>
-        async Task DeliverAsync(Transport tr, JObject task, Outcome o, Exception err)
+        async Task DeliverAsync(JObject task, Outcome o, Exception err, bool direct)
         {
+            var tr = main;
+            var immediate = direct && (err is OrbitConnectionException || err is OperationCanceledException);
             var r = new Retrier(opts.Backoff);
             var substituted = false;
             var token = Str(task, "token");
@@ -361,7 +397,12 @@ namespace Orbit
                 }
                 var api = err as OrbitApiException;
                 var refused = api != null && (api.Status == 400 || api.Status == 413 || api.Status == 422);
-                if (OrbitException.IsRetryable(err) || err is OperationCanceledException)
+                if (immediate)
+                {
+                    immediate = false;
+                    Log("DEBUG", "report result to a node failed: {0}; sending it to {1}", Describe(err), main.Server);
+                }
+                else if (OrbitException.IsRetryable(err) || err is OperationCanceledException)
                 {
                     var d = r.Next();
                     Log("WARN", "report result failed: {0}; retrying in {1}", Describe(err), Backoff.Format(d));
@@ -393,7 +434,7 @@ namespace Orbit
                 }
                 try
                 {
-                    await SendResultAsync(tr, task, o, false).ConfigureAwait(false);
+                    await SendResultAsync(tr, task, o, false, abandonCts.Token).ConfigureAwait(false);
                     return;
                 }
                 catch (Exception ex)
