@@ -1,17 +1,18 @@
 #!/bin/sh
 # Builds the C# SDK with Mono's mcs (no NuGet, no dotnet): the library Orbit.Sdk.dll, the
-# conformance worker Orbit.Conformance.exe, the OrderProcessing example Orbit.Examples.Orders.exe
-# and the unit test runner Orbit.Sdk.Tests.exe, into OUT (default: build/), with Debian's
-# Newtonsoft.Json copied next to them. Run the programs with `mono OUT/<name>.exe`.
+# conformance worker Orbit.Conformance.exe, the OrderProcessing example Orbit.Examples.Orders.exe,
+# the shared-cluster spread worker Orbit.Examples.Spread.exe and the unit test runner
+# Orbit.Sdk.Tests.exe, into OUT (default: build/), with Debian's Newtonsoft.Json copied next to
+# them. Run the programs with `mono OUT/<name>.exe`.
 #
-#   sh build.sh [OUT [PROGRAM…]]     PROGRAM: conformance, orders, tests (default: all three)
+#   sh build.sh [OUT [PROGRAM…]]     PROGRAM: conformance, orders, spread, tests (default: all four)
 #
 # Needs Debian's mono-complete (mcs, mono) and libnewtonsoft-json-cil-dev.
 set -eu
 cd "$(dirname "$0")"
 OUT=${1:-build}
 [ $# -gt 0 ] && shift
-WANT=${*:-conformance orders tests}
+WANT=${*:-conformance orders spread tests}
 wants() { case " $WANT " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT"
 JSON=${NEWTONSOFT_JSON_DLL:-}
@@ -36,6 +37,10 @@ fi
 if wants orders; then
   $MCS -target:exe -out:"$OUT/Orbit.Examples.Orders.exe" \
     -r:"$OUT/Orbit.Sdk.dll" -r:"$OUT/Newtonsoft.Json.dll" examples/Orders/*.cs
+fi
+if wants spread; then
+  $MCS -target:exe -out:"$OUT/Orbit.Examples.Spread.exe" \
+    -r:"$OUT/Orbit.Sdk.dll" -r:"$OUT/Newtonsoft.Json.dll" examples/Spread/*.cs
 fi
 if wants tests; then
   $MCS -target:exe -out:"$OUT/Orbit.Sdk.Tests.exe" \
