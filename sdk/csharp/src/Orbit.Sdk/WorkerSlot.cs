@@ -119,6 +119,9 @@ namespace Orbit
                 }
                 try
                 {
+                    // Its node left the live list since the slot was routed (before PollCts was
+                    // there for NodesLeft to cancel): the slot is routed again.
+                    if (s.Target != null && !nodes.IsLive(s.Target)) return null;
                     var body = new JObject
                     {
                         { "session_id", sess },
