@@ -39,6 +39,11 @@ final class Transport {
     this.http = http != null ? http : newHttpClient();
   }
 
+  /** The same token and connection pool, to another address (a node of a shared cluster). */
+  Transport at(String other) {
+    return new Transport(other, token, http);
+  }
+
   static HttpClient newHttpClient() {
     return HttpClient.newBuilder()
         .version(HttpClient.Version.HTTP_1_1)

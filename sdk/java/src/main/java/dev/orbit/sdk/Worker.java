@@ -15,6 +15,8 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
@@ -70,6 +72,8 @@ public final class Worker implements AutoCloseable {
     private Logger logger;
     private boolean debug;
     private Supplier<HttpClient> httpClient;
+    private boolean spreadOverNodes = true;
+    private Duration nodeRefresh = Duration.ofSeconds(5);
 
     /** The runtime's base URL (or the load balancer's in front of a cluster). Required. */
     public Builder server(String v) {
@@ -160,6 +164,23 @@ public final class Worker implements AutoCloseable {
       return this;
     }
 
+    /**
+     * In a cluster in shared mode, spreads the slots over the live servers at the addresses they
+     * advertise (read from {@code /v1/health} of {@link #server}), so that each slot polls a
+     * server and reports its results to it (default true; docs/clusters.md, "Workers connect to
+     * every server"). Off, or with a single server, every slot uses {@link #server}.
+     */
+    public Builder spreadOverNodes(boolean v) {
+      spreadOverNodes = v;
+      return this;
+    }
+
+    /** How often the live servers are read again when spreading (default 5 s). */
+    public Builder nodeRefresh(Duration v) {
+      nodeRefresh = v;
+      return this;
+    }
+
     public Worker build() {
       return new Worker(this);
     }
@@ -192,13 +213,24 @@ public final class Worker implements AutoCloseable {
     }
   }
 
+  /** One concurrency slot. Its fields but {@code index} and {@code home} are under {@code mu}. */
   private static final class Slot {
-    final Transport tr;
+    final int index;
+    /** The configured address, on the slot's own HttpClient (a connection pool of its own). */
+    final Transport home;
+    /** Where the slot talks now: {@code home}, or {@code target} on the same HttpClient. */
+    Transport tr;
+    /** The node's address the slot talks to (see {@link Nodes}), or null: the configured one. */
+    String target;
     String pollSession;
     Cancellation pollCtx;
+    /** Ends the first delivery of a result to the slot's node when that node leaves. */
+    Cancellation delivery;
 
-    Slot(Transport tr) {
-      this.tr = tr;
+    Slot(int index, Transport home) {
+      this.index = index;
+      this.home = home;
+      this.tr = home;
     }
   }
 
@@ -216,6 +248,10 @@ public final class Worker implements AutoCloseable {
   private final boolean debug;
   private final Transport main;
   private final List<Slot> slots = new ArrayList<>();
+  private final boolean spread;
+  private final Duration nodeRefresh;
+  private final Nodes nodes;
+  private volatile Thread nodesThread;
 
   private final Object mu = new Object();
   private State state = State.NEW;
@@ -256,8 +292,11 @@ public final class Worker implements AutoCloseable {
     Supplier<HttpClient> newClient = b.httpClient == null ? Transport::newHttpClient : b.httpClient;
     main = new Transport(b.server, b.token, newClient.get());
     for (int i = 0; i < concurrency; i++) {
-      slots.add(new Slot(new Transport(b.server, b.token, newClient.get())));
+      slots.add(new Slot(i, new Transport(b.server, b.token, newClient.get())));
     }
+    spread = b.spreadOverNodes;
+    nodeRefresh = positive(b.nodeRefresh, Duration.ofSeconds(5));
+    nodes = new Nodes(main.server, this::log, this::nodesLeft);
     taskList = List.copyOf(b.tasks);
     for (Task<?, ?> t : taskList) {
       String k = key(t.name(), t.contract());
@@ -325,6 +364,14 @@ public final class Worker implements AutoCloseable {
     }
   }
 
+  /**
+   * The live servers' addresses the slots are spread over, as last read (empty: every slot uses
+   * {@link #server}).
+   */
+  public List<String> nodeAddresses() {
+    return nodes.addresses();
+  }
+
   /** The tokens of the attempts being run or reported. */
   public List<String> runningTokens() {
     synchronized (mu) {
@@ -362,20 +409,26 @@ public final class Worker implements AutoCloseable {
       done.countDown();
       throw e;
     }
+    // In a shared cluster, the live servers to spread the slots over (one health read).
+    if (spread) refreshNodes(stopCtx);
     synchronized (mu) {
       if (state == State.STOPPING || stopCtx.isCancelled()) return;
       state = State.RUNNING;
       active += slots.size();
     }
-    int i = 0;
     for (Slot s : slots) {
-      Thread t = new Thread(() -> slotLoop(s), "orbit-slot-" + i++);
+      Thread t = new Thread(() -> slotLoop(s), "orbit-slot-" + s.index);
       t.setDaemon(true);
       t.start();
     }
     hbThread = new Thread(this::heartbeatLoop, "orbit-heartbeat");
     hbThread.setDaemon(true);
     hbThread.start();
+    if (spread) {
+      nodesThread = new Thread(this::nodesLoop, "orbit-nodes");
+      nodesThread.setDaemon(true);
+      nodesThread.start();
+    }
   }
 
   /**
@@ -448,10 +501,10 @@ public final class Worker implements AutoCloseable {
       waitDrained(System.nanoTime() + 200_000_000L);
     }
     hbCtx.cancel();
-    Thread hb = hbThread;
-    if (hb != null) {
+    for (Thread t : new Thread[] {hbThread, nodesThread}) {
+      if (t == null) continue;
       try {
-        hb.join(requestTimeout.toMillis() + 1000);
+        t.join(requestTimeout.toMillis() + 1000);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
       }
@@ -698,6 +751,63 @@ public final class Worker implements AutoCloseable {
     }
   }
 
+  // ---- the router: which server each slot talks to (see Nodes) ------------------------------
+
+  /** One read of {@code /v1/health} of the configured address; a failed read keeps the list. */
+  private void refreshNodes(Cancellation ctx) {
+    JsonElement health;
+    try {
+      Duration t = requestTimeout.compareTo(Duration.ofSeconds(10)) < 0
+          ? requestTimeout : Duration.ofSeconds(10);
+      health = main.call(ctx, "GET", "/v1/health", null, null, t);
+    } catch (ApiException | ConnectionException | CancelledException e) {
+      log("DEBUG", "cannot read the cluster's nodes: " + describe(e));
+      return;
+    }
+    nodes.update(Nodes.liveAddresses(health));
+  }
+
+  /** Reads the live servers every {@code nodeRefresh} until the heartbeats stop. */
+  private void nodesLoop() {
+    while (hbCtx.sleep(nodeRefresh)) {
+      try {
+        refreshNodes(hbCtx);
+      } catch (RuntimeException e) { // never let the router's thread die
+        log("ERROR", "reading the cluster's nodes failed: " + stack(e));
+      }
+    }
+  }
+
+  /**
+   * Servers left the live list: the polls of their slots end (the slots move at once) and the
+   * results on their way to them are cut (sent to the configured address instead).
+   */
+  private void nodesLeft(Set<String> left) {
+    List<Cancellation> ends = new ArrayList<>();
+    synchronized (mu) {
+      for (Slot s : slots) {
+        if (s.target == null || !left.contains(s.target)) continue;
+        if (s.pollCtx != null) ends.add(s.pollCtx);
+        if (s.delivery != null) ends.add(s.delivery);
+      }
+    }
+    for (Cancellation c : ends) c.cancel();
+  }
+
+  /**
+   * Points the slot at the server it should talk to now: a node's address on the slot's own
+   * HttpClient (one pool, a connection per address), or the configured address.
+   */
+  private void route(Slot s) {
+    String target = nodes.targetFor(s.index);
+    synchronized (mu) {
+      if (Objects.equals(target, s.target)) return;
+      s.target = target;
+      s.tr = target == null ? s.home : s.home.at(target);
+    }
+    log("DEBUG", "slot " + s.index + " talks to " + (target == null ? main.server : target));
+  }
+
   // ---- the slots --------------------------------------------------------------------------
 
   /**
@@ -711,6 +821,7 @@ public final class Worker implements AutoCloseable {
       while (!stopCtx.isCancelled()) {
         PolledTask task = takeBacklog();
         if (task == null) {
+          route(s);
           try {
             task = poll(s);
           } catch (CancelledException e) {
@@ -718,6 +829,15 @@ public final class Worker implements AutoCloseable {
             continue;
           } catch (ApiException | ConnectionException e) {
             if (stopCtx.isCancelled()) return;
+            String target;
+            synchronized (mu) {
+              target = s.target;
+            }
+            if (target != null && e instanceof ConnectionException) {
+              // The node's address does not answer: the configured address meanwhile, at once.
+              nodes.unreachable(target, ((ConnectionException) e).reason());
+              continue;
+            }
             Duration d = r.next();
             log(ApiException.isRetryable(e) ? "WARN" : "ERROR",
                 "poll failed: " + describe(e) + "; retrying in " + Backoff.format(d));
@@ -761,10 +881,14 @@ public final class Worker implements AutoCloseable {
     String sess = ensureSession(stopCtx);
     Cancellation ctx = stopCtx.child();
     try {
+      Transport tr;
       synchronized (mu) {
         if (!sess.equals(session)) return null; // lost between ensureSession and here
+        // Its node left the live list since the slot was routed (nodesLeft missed this poll).
+        if (s.target != null && !nodes.isLive(s.target)) return null;
         s.pollSession = sess;
         s.pollCtx = ctx;
+        tr = s.tr;
       }
       JsonObject body = new JsonObject();
       body.addProperty("session_id", sess);
@@ -772,7 +896,7 @@ public final class Worker implements AutoCloseable {
       body.addProperty("wait_s", pollWait.toSeconds());
       JsonElement res;
       try {
-        res = s.tr.call(ctx, "POST", "/v1/workers/poll", null, body, pollWait.plusSeconds(15));
+        res = tr.call(ctx, "POST", "/v1/workers/poll", null, body, pollWait.plusSeconds(15));
       } catch (ApiException e) {
         if (e.isUnknownSession()) {
           forgetSession(sess, "poll");
@@ -780,7 +904,8 @@ public final class Worker implements AutoCloseable {
         }
         throw e;
       } catch (CancelledException e) {
-        if (!stopCtx.isCancelled()) return null; // the session was found unknown elsewhere
+        // The session was found unknown elsewhere, or the slot's node left the live list.
+        if (!stopCtx.isCancelled()) return null;
         throw e;
       }
       return firstOf(res);
@@ -814,17 +939,44 @@ public final class Worker implements AutoCloseable {
     }
     Outcome o = execute(e, deadline);
     boolean take = !stopCtx.isCancelled();
+    // The first delivery goes on the slot's connection, to the server that handed the task out.
+    // To a node's own address, it is cut when that node leaves the live list (a paused server
+    // would hold it until the request's timeout, past the new owner's redelivery of the attempt).
+    Transport tr;
+    String target;
+    Cancellation cut = null;
+    synchronized (mu) {
+      tr = s.tr;
+      target = s.target;
+      if (target != null) {
+        cut = abandonCtx.child();
+        s.delivery = cut;
+      }
+    }
+    if (cut != null && !nodes.isLive(target)) cut.cancel(); // left before nodesLeft could see it
     try {
-      JsonElement res = send(s.tr, task, o, take);
+      JsonElement res = send(tr, cut != null ? cut : abandonCtx, task, o, take);
       finished(task.token());
       return take ? firstOf(res) : null;
     } catch (ApiException | ConnectionException | CancelledException err) {
+      // A node's own address that did not answer (it left or died): the configured address
+      // reaches a live server at once, which hands the result to the execution's new owner.
+      boolean atOnce = target != null && !abandonCtx.isCancelled()
+          && (err instanceof ConnectionException || err instanceof CancelledException);
+      if (atOnce) {
+        if (err instanceof ConnectionException) {
+          nodes.unreachable(target, ((ConnectionException) err).reason());
+        }
+        log("DEBUG", "the result of " + task.token() + " did not reach " + target + " ("
+            + (err instanceof CancelledException ? "the node left" : describe(err))
+            + "); sending it to " + main.server);
+      }
       synchronized (mu) {
         active++;
       }
       Thread t = new Thread(() -> {
         try {
-          deliver(s.tr, task, o, err);
+          deliver(s.home, task, o, err, atOnce);
         } finally {
           finished(task.token());
           release();
@@ -833,6 +985,13 @@ public final class Worker implements AutoCloseable {
       t.setDaemon(true);
       t.start();
       return null;
+    } finally {
+      if (cut != null) {
+        synchronized (mu) {
+          if (s.delivery == cut) s.delivery = null;
+        }
+        cut.release();
+      }
     }
   }
 
@@ -942,8 +1101,12 @@ public final class Worker implements AutoCloseable {
     return s.length() <= n ? s : s.substring(0, n - 3) + "...";
   }
 
-  /** Reports a result once; with {@code take} it asks for the slot's next task in the same request. */
-  private JsonElement send(Transport tr, PolledTask task, Outcome o, boolean take) {
+  /**
+   * Reports a result once; with {@code take} it asks for the slot's next task in the same
+   * request. A cancelled {@code ctx} ends it.
+   */
+  private JsonElement send(
+      Transport tr, Cancellation ctx, PolledTask task, Outcome o, boolean take) {
     JsonObject body = new JsonObject();
     body.addProperty("token", task.token());
     String path = "/v1/tasks/complete";
@@ -958,7 +1121,7 @@ public final class Worker implements AutoCloseable {
       body.addProperty("session_id", sess);
       body.addProperty("max_tasks", 1);
     }
-    JsonElement res = tr.call(abandonCtx, "POST", path, null, body, requestTimeout);
+    JsonElement res = tr.call(ctx, "POST", path, null, body, requestTimeout);
     JsonElement accepted = res.isJsonObject() ? res.getAsJsonObject().get("accepted") : null;
     if (accepted != null && accepted.isJsonPrimitive() && !accepted.getAsBoolean()) {
       log("INFO", "result not accepted (the step already has one) token=" + task.token()
@@ -972,9 +1135,11 @@ public final class Worker implements AutoCloseable {
 
   /**
    * Retries a report whose first try failed with {@code err} until it is delivered, the runtime
-   * refuses it for good, or the worker gives up (a stop's grace passed).
+   * refuses it for good, or the worker gives up (a stop's grace passed). With {@code atOnce} the
+   * first retry goes without a backoff (the first try went to a node that left or did not answer).
    */
-  private void deliver(Transport tr, PolledTask task, Outcome o, RuntimeException err) {
+  private void deliver(
+      Transport tr, PolledTask task, Outcome o, RuntimeException err, boolean atOnce) {
     Backoff.Retrier r = new Backoff.Retrier(backoff);
     boolean substituted = false;
     while (true) {
@@ -985,7 +1150,9 @@ public final class Worker implements AutoCloseable {
       ApiException ae = err instanceof ApiException ? (ApiException) err : null;
       boolean refused =
           ae != null && (ae.status() == 400 || ae.status() == 413 || ae.status() == 422);
-      if (ApiException.isRetryable(err)) {
+      if (atOnce) {
+        atOnce = false;
+      } else if (ApiException.isRetryable(err)) {
         Duration d = r.next();
         log("WARN", "report result failed: " + describe(err) + "; retrying in " + Backoff.format(d));
         if (!abandonCtx.sleep(d)) continue;
@@ -1006,7 +1173,7 @@ public final class Worker implements AutoCloseable {
         return;
       }
       try {
-        send(tr, task, o, false);
+        send(tr, abandonCtx, task, o, false);
         return;
       } catch (ApiException | ConnectionException | CancelledException e) {
         err = e;

@@ -37,6 +37,12 @@ final class FakeRuntime implements AutoCloseable {
   int registrations;
   JsonObject routeAnswer; // answer of the client routes (GET/POST /v1/executions/…)
   int routeStatus = 200;
+  /** The answer of GET /v1/health (null: {}). */
+  volatile JsonObject health;
+  /** Another server of the same (fake) cluster whose sessions this one knows too. */
+  volatile FakeRuntime peer;
+  /** While set, results are held (a paused server) until it is counted down. */
+  volatile java.util.concurrent.CountDownLatch holdResults;
 
   FakeRuntime() throws IOException {
     this(0);
@@ -165,8 +171,21 @@ final class FakeRuntime implements AutoCloseable {
         reply(ex, 200, "{\"tasks\":[" + (task == null ? "" : task.toString()) + "]}");
         return;
       }
+      case "/v1/health": {
+        JsonObject h = health;
+        reply(ex, 200, h == null ? "{}" : h.toString());
+        return;
+      }
       case "/v1/tasks/complete":
       case "/v1/tasks/fail": {
+        java.util.concurrent.CountDownLatch hold = holdResults;
+        if (hold != null) {
+          try {
+            hold.await();
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+          }
+        }
         JsonObject next = null;
         if (session != null && known(session)) {
           synchronized (lock) {
@@ -185,8 +204,10 @@ final class FakeRuntime implements AutoCloseable {
 
   private boolean known(String session) {
     synchronized (lock) {
-      return session != null && sessions.contains(session);
+      if (session != null && sessions.contains(session)) return true;
     }
+    FakeRuntime p = peer;
+    return p != null && p.known(session);
   }
 
   private static void unknownSession(HttpExchange ex) throws IOException {

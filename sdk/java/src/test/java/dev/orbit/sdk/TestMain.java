@@ -61,9 +61,21 @@ public final class TestMain {
   static final List<String> LINES = new ArrayList<>();
 
   static boolean logged(String part) {
+    return loggedSince(0, part);
+  }
+
+  /** Whether a line from number {@code from} on (a {@link #mark()}) contains {@code part}. */
+  static boolean loggedSince(int from, String part) {
     synchronized (LINES) {
-      for (String l : LINES) if (l.contains(part)) return true;
+      for (String l : LINES.subList(from, LINES.size())) if (l.contains(part)) return true;
       return false;
+    }
+  }
+
+  /** The number of lines logged so far. */
+  static int mark() {
+    synchronized (LINES) {
+      return LINES.size();
     }
   }
 
@@ -107,6 +119,28 @@ public final class TestMain {
       if (r.body().get("token").getAsString().equals(token)) return r.body();
     }
     return null;
+  }
+
+  /** A node of a health answer. */
+  static String node(String addr, boolean live) {
+    return "{\"node_id\":\"n\",\"addr\":" + (addr == null ? "null" : "\"" + addr + "\"")
+        + ",\"live\":" + live + "}";
+  }
+
+  /** The health answer of a shared cluster whose live nodes are {@code addrs}. */
+  static JsonObject sharedHealth(String... addrs) {
+    StringBuilder b = new StringBuilder("{\"role\":\"shared\",\"nodes\":[");
+    for (int i = 0; i < addrs.length; i++) b.append(i == 0 ? "" : ",").append(node(addrs[i], true));
+    return json(b.append("]}").toString()).getAsJsonObject();
+  }
+
+  /** A router whose log lines go to {@code lines}, whose left nodes go to {@code left}. */
+  static Nodes router(int offset, java.util.function.LongSupplier now,
+      List<java.util.Set<String>> left, List<String> lines) {
+    return new Nodes("http://lb:7233", (level, msg) -> lines.add(level + " " + msg),
+        l -> {
+          if (left != null) left.add(l);
+        }, now, offset);
   }
 
   static {
@@ -384,6 +418,210 @@ public final class TestMain {
         rt.enqueue("c1/a", "echo", json("{\"value\":1}"));
         waitFor(() -> resultOf(rt, "/v1/tasks/complete", "c1/a") != null, 5000, "served");
         w.stop(Duration.ofSeconds(5));
+      }
+    });
+
+    test("nodes: the live shared nodes' http(s) addresses, sorted, once each; else none", () -> {
+      String nodes = "[" + node("http://b:7233/", true) + "," + node("http://a:7233", true) + ","
+          + node("http://c:7233", false) + "," + node(null, true) + "," + node("not a url", true)
+          + "," + node("ftp://d:21", true) + "," + node("https://a:7233", true) + ","
+          + node("http://a:7233", true) + ",{\"addr\":\"http://e:1\",\"live\":\"true\"},"
+          + "{\"addr\":7,\"live\":true},5]";
+      eq(List.of("http://a:7233", "http://b:7233", "https://a:7233"),
+          Nodes.liveAddresses(json("{\"role\":\"shared\",\"nodes\":" + nodes + "}")), "shared");
+      // Anything but a shared cluster: every slot stays on the configured address.
+      for (String role : new String[] {"\"single\"", "\"leader\"", "\"standby\"", "null", "1"}) {
+        eq(List.of(), Nodes.liveAddresses(json("{\"role\":" + role + ",\"nodes\":" + nodes + "}")),
+            role);
+      }
+      eq(List.of(), Nodes.liveAddresses(json("{\"nodes\":" + nodes + "}")), "no role");
+      eq(List.of(), Nodes.liveAddresses(json("{\"role\":\"shared\"}")), "no nodes");
+      eq(List.of(), Nodes.liveAddresses(json("{\"role\":\"shared\",\"nodes\":{}}")), "not a list");
+      eq(List.of(), Nodes.liveAddresses(json("\"ok\"")), "a string");
+      eq(List.of(), Nodes.liveAddresses(null), "nothing");
+    });
+
+    test("nodes: slots spread evenly over the live nodes; none known, the configured address", () -> {
+      Nodes n = router(5, () -> 0, null, new ArrayList<>());
+      eq(null, n.targetFor(0), "no nodes: the configured address");
+      n.update(List.of("http://a", "http://b", "http://c"));
+      Map<String, Integer> count = new java.util.TreeMap<>();
+      for (int i = 0; i < 8; i++) count.merge(String.valueOf(n.targetFor(i)), 1, Integer::sum);
+      eq(java.util.Set.of("http://a", "http://b", "http://c"), count.keySet(), "every node");
+      List<Integer> sizes = new ArrayList<>(count.values());
+      java.util.Collections.sort(sizes);
+      eq(List.of(2, 3, 3), sizes, "8 slots over 3 nodes");
+      // Two slots on two nodes: one each, whatever the offset.
+      for (int offset : new int[] {0, 1, 7, 1023}) {
+        Nodes two = router(offset, () -> 0, null, new ArrayList<>());
+        two.update(List.of("http://a", "http://b"));
+        check(!two.targetFor(0).equals(two.targetFor(1)), "offset " + offset);
+      }
+      // A worker's own offset is random: over many workers, slot 0 starts on every node.
+      java.util.Set<String> firsts = new java.util.HashSet<>();
+      for (int i = 0; i < 200; i++) {
+        Nodes r = new Nodes("http://lb:7233", (l, m) -> {}, left -> {});
+        r.update(List.of("http://a", "http://b"));
+        firsts.add(r.targetFor(0));
+      }
+      eq(2, firsts.size(), "slot 0's node over 200 workers");
+    });
+
+    test("nodes: a node that did not answer is left out for 10 s, then tried again", () -> {
+      long[] now = {1_000};
+      List<String> lines = new ArrayList<>();
+      Nodes n = router(0, () -> now[0], null, lines);
+      n.update(List.of("http://a", "http://b"));
+      eq("http://b", n.targetFor(1), "slot 1");
+      n.unreachable("http://b", "connection refused");
+      n.unreachable("http://b", "connection refused"); // logged once
+      eq(null, n.targetFor(1), "slot 1 meanwhile");
+      eq(null, n.targetFor(3), "slot 3 meanwhile");
+      eq("http://a", n.targetFor(0), "slot 0 stays");
+      now[0] += Nodes.UNREACHABLE_MS - 1;
+      eq(null, n.targetFor(1), "slot 1 just before the window ends");
+      now[0] += 1;
+      eq("http://b", n.targetFor(1), "slot 1 after the window");
+      eq("http://b", n.targetFor(3), "slot 3 after the window");
+      long warned = lines.stream().filter(l -> l.equals("WARN node http://b did not answer "
+          + "(connection refused); its slots use http://lb:7233 for 10 s")).count();
+      eq(1L, warned, "warnings in " + lines);
+      // Failing again after the window: left out again (and logged again).
+      n.unreachable("http://b", "timed out after 10s");
+      eq(null, n.targetFor(1), "slot 1 left out again");
+      check(lines.get(lines.size() - 1).contains("did not answer (timed out after 10s)"), "again");
+    });
+
+    test("nodes: the slots of nodes that left the live list are told at once", () -> {
+      List<java.util.Set<String>> left = new ArrayList<>();
+      List<String> lines = new ArrayList<>();
+      Nodes n = router(0, () -> 0, left, lines);
+      n.update(List.of("http://a", "http://b", "http://c"));
+      n.update(List.of("http://a", "http://b", "http://c")); // unchanged: nothing
+      eq(1, lines.size(), "one line for one change: " + lines);
+      eq(List.of(), left, "nothing left yet");
+      n.update(List.of("http://a", "http://c", "http://d"));
+      eq(List.of(java.util.Set.of("http://b")), left, "b left");
+      eq(List.of("http://a", "http://c", "http://d"), n.addresses(), "addresses");
+      check(!n.isLive("http://b") && n.isLive("http://d"), "isLive");
+      n.update(List.of());
+      eq(java.util.Set.of("http://a", "http://c", "http://d"), left.get(1), "all left");
+      eq(null, n.targetFor(0), "the configured address");
+      eq(List.of("INFO slots spread over 3 node(s): http://a, http://b, http://c",
+          "INFO slots spread over 3 node(s): http://a, http://c, http://d",
+          "INFO slots use the configured address"), lines, "lines");
+    });
+
+    test("worker: in a shared cluster, the slots poll every live node and report to it", () -> {
+      try (FakeRuntime one = new FakeRuntime(); FakeRuntime two = new FakeRuntime()) {
+        two.peer = one;
+        one.health = sharedHealth(one.url(), two.url() + "/");
+        Worker w = worker(one, ECHO).concurrency(4).nodeRefresh(Duration.ofMillis(50)).build();
+        int from = mark();
+        w.start();
+        try {
+          List<String> both = new ArrayList<>(List.of(one.url(), two.url()));
+          java.util.Collections.sort(both);
+          eq(both, w.nodeAddresses(), "nodes read before the slots poll");
+          check(loggedSince(from, "INFO orbit slots spread over 2 node(s): " + String.join(", ", both)),
+              "the spread line");
+          waitFor(() -> !two.requests("/v1/workers/poll").isEmpty()
+              && !one.requests("/v1/workers/poll").isEmpty(), 5000, "polls on both");
+          two.enqueue("n2/a", "echo", json("{\"value\":2}"));
+          waitFor(() -> resultOf(two, "/v1/tasks/complete", "n2/a") != null, 5000, "n2's result");
+          eq(null, resultOf(one, "/v1/tasks/complete", "n2/a"), "nothing on the other");
+          one.enqueue("n1/a", "echo", json("{\"value\":1}"));
+          waitFor(() -> resultOf(one, "/v1/tasks/complete", "n1/a") != null, 5000, "n1's result");
+          eq(null, resultOf(two, "/v1/tasks/complete", "n1/a"), "nothing on the other");
+          eq(1, one.requests("/v1/workers/register").size(), "registered on the configured address");
+          eq(0, two.requests("/v1/workers/register").size() + two.requests("/v1/workers/heartbeat")
+              .size() + two.requests("/v1/health").size(), "nothing else on the node");
+          waitFor(() -> one.requests("/v1/health").size() >= 3, 5000, "the nodes read again");
+        } finally {
+          w.stop(Duration.ofSeconds(5));
+        }
+        eq(0, two.requests("/v1/workers/unregister").size(), "unregistered on the configured one");
+        check(one.sessions.isEmpty(), "unregistered");
+      }
+    });
+
+    test("worker: spreadOverNodes(false) keeps every slot on the configured address", () -> {
+      try (FakeRuntime one = new FakeRuntime(); FakeRuntime two = new FakeRuntime()) {
+        two.peer = one;
+        one.health = sharedHealth(one.url(), two.url());
+        Worker w = worker(one, ECHO).concurrency(4).spreadOverNodes(false).build();
+        w.start();
+        try {
+          one.enqueue("off/a", "echo", json("{\"value\":1}"));
+          waitFor(() -> resultOf(one, "/v1/tasks/complete", "off/a") != null, 5000, "result");
+          eq(List.of(), w.nodeAddresses(), "no nodes");
+          eq(0, one.requests("/v1/health").size(), "health not read");
+          eq(0, two.requests.size(), "nothing on the other node");
+        } finally {
+          w.stop(Duration.ofSeconds(5));
+        }
+      }
+    });
+
+    test("worker: a node whose address refuses is left out; its slots use the configured one", () -> {
+      int port;
+      try (java.net.ServerSocket s = new java.net.ServerSocket(0, 1,
+          java.net.InetAddress.getByName("127.0.0.1"))) {
+        port = s.getLocalPort();
+      }
+      String dead = "http://127.0.0.1:" + port;
+      try (FakeRuntime one = new FakeRuntime()) {
+        one.health = sharedHealth(one.url(), dead);
+        Worker w = worker(one, ECHO).concurrency(2).nodeRefresh(Duration.ofMillis(50)).build();
+        int from = mark();
+        w.start();
+        try {
+          waitFor(() -> loggedSince(from, "WARN orbit node " + dead
+              + " did not answer (connection refused"), 5000, "the unreachable warning");
+          check(loggedSince(from, "its slots use " + one.url() + " for 10 s"), "for 10 s");
+          for (int i = 0; i < 4; i++) one.enqueue("d" + i + "/a", "echo", json("{\"value\":1}"));
+          waitFor(() -> {
+            for (int i = 0; i < 4; i++) {
+              if (resultOf(one, "/v1/tasks/complete", "d" + i + "/a") == null) return false;
+            }
+            return true;
+          }, 5000, "every result");
+          check(!loggedSince(from, "poll failed"), "no backoff for an unreachable node");
+        } finally {
+          w.stop(Duration.ofSeconds(5));
+        }
+      }
+    });
+
+    test("worker: a result held by a node that leaves is cut and sent to the configured one", () -> {
+      try (FakeRuntime one = new FakeRuntime(); FakeRuntime two = new FakeRuntime()) {
+        two.peer = one;
+        one.health = sharedHealth(one.url(), two.url());
+        CountDownLatch paused = new CountDownLatch(1);
+        two.holdResults = paused;
+        Worker w = worker(one, ECHO).concurrency(2).nodeRefresh(Duration.ofMillis(50))
+            .requestTimeout(Duration.ofSeconds(60)).build();
+        int from = mark();
+        w.start();
+        try {
+          two.enqueue("h1/a", "echo", json("{\"value\":1}"));
+          waitFor(() -> resultOf(two, "/v1/tasks/complete", "h1/a") != null, 5000,
+              "the result on its way to node two");
+          check(resultOf(one, "/v1/tasks/complete", "h1/a") == null, "not yet on one");
+          long t0 = System.nanoTime();
+          one.health = sharedHealth(one.url()); // two leaves the live list
+          waitFor(() -> resultOf(one, "/v1/tasks/complete", "h1/a") != null, 5000,
+              "the result sent to the configured address");
+          long ms = (System.nanoTime() - t0) / 1_000_000;
+          check(ms < 3000, "took " + ms + " ms");
+          check(loggedSince(from, "INFO orbit slots spread over 1 node(s): " + one.url()),
+              "the new list");
+          check(!loggedSince(from, "report result failed"), "no backoff");
+          eq(List.of(one.url()), w.nodeAddresses(), "addresses");
+        } finally {
+          paused.countDown();
+          w.stop(Duration.ofSeconds(5));
+        }
       }
     });
 
