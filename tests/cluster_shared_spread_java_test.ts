@@ -4,9 +4,11 @@
  * on one real PostgreSQL, the worker (a real `java` process, sdk/java/examples/spread) given the
  * first server's address only. Its slots poll both servers at the addresses `/v1/health`
  * advertises, each server hands out the tasks of the executions it owns, and no result is
- * forwarded between them. The TypeScript and Python workers do the same
- * (tests/cluster_shared_spread_test.ts). Skipped, loudly, where the JDK or Gson is not installed;
- * CI installs them.
+ * forwarded between them. When a server dies, its slots move to the configured address at once
+ * and the work goes on; a server whose advertised address does not answer is left out; a result
+ * held by a paused server reaches the other one once the paused one leaves the live list. The
+ * TypeScript and Python workers do the same (tests/cluster_shared_spread_test.ts). Skipped,
+ * loudly, where the JDK or Gson is not installed; CI installs them.
  */
 import assert from "node:assert/strict";
 import { api, waitFor } from "./support/server.ts";
@@ -58,16 +60,12 @@ async function withTwo(
   }
 }
 
-/** Starts `id` of SpreadSteps through `base` (that server owns it) and waits until it completed. */
-async function runOne(base: string, id: string): Promise<void> {
+/** Starts `id` of `workflow` through `base` (that server owns it). */
+async function start(base: string, workflow: string, id: string): Promise<void> {
   const end = Date.now() + 10_000;
   for (;;) {
-    const r = await api(base).post("/v1/executions", {
-      workflow: "SpreadSteps",
-      execution_id: id,
-      input: { id },
-    });
-    if (r.status === 201) break;
+    const r = await api(base).post("/v1/executions", { workflow, execution_id: id, input: { id } });
+    if (r.status === 201) return;
     // The other server may not have read the definition yet.
     if (r.status === 404 && Date.now() < end) {
       await new Promise((r) => setTimeout(r, 100));
@@ -75,8 +73,59 @@ async function runOne(base: string, id: string): Promise<void> {
     }
     assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
   }
+}
+
+/** Starts `id` of SpreadSteps through `base` (that server owns it) and waits until it completed. */
+async function runOne(base: string, id: string): Promise<void> {
+  await start(base, "SpreadSteps", id);
   const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
   assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
+}
+
+/**
+ * The Java worker (sdk/java/examples/spread) on `server`, `args` after it (concurrency, request
+ * timeout in seconds); `out()` is what it wrote so far, `ran()` its `ran …` lines, `say` writes a
+ * line on its standard input, `kill` ends it (SIGKILL, by its PID).
+ */
+function javaWorker(server: string, args: string[] = []) {
+  const child = new Deno.Command("java", {
+    args: [
+      ...JAVA_FLAGS,
+      "-cp",
+      build!.classpath,
+      "dev.orbit.examples.spread.SpreadWorker",
+      server,
+      ...args,
+    ],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  let out = "";
+  const pump = (async () => {
+    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) out += chunk;
+  })();
+  const stdin = child.stdin.getWriter();
+  return {
+    out: () => out,
+    ran: () => out.split("\n").filter((l) => l.startsWith("ran ")),
+    say: (line: string) => stdin.write(new TextEncoder().encode(`${line}\n`)),
+    kill: async () => {
+      try {
+        Deno.kill(child.pid, "SIGKILL");
+      } catch { /* gone */ }
+      await child.status;
+      await stdin.close().catch(() => {});
+      await pump;
+    },
+  };
+}
+
+/** Waits until `w` wrote `n` `ran …` lines (each is written before its result is reported). */
+async function ranLines(w: ReturnType<typeof javaWorker>, n: number): Promise<string[]> {
+  await waitFor(() => w.ran().length >= n, `${n} task runs on stdout`, 10_000).catch(() => {});
+  assert.equal(w.ran().length, n, w.out());
+  return w.ran();
 }
 
 /** Every server was polled, and none forwarded a result or a claimed task to another. */
@@ -100,40 +149,144 @@ Deno.test({
   ignore: build === null,
   fn: () =>
     withTwo(TWO_STEPS, async (one, two) => {
-      const child = new Deno.Command("java", {
-        args: [
-          ...JAVA_FLAGS,
-          "-cp",
-          build!.classpath,
-          "dev.orbit.examples.spread.SpreadWorker",
-          one.url,
-        ],
-        stdin: "null",
-        stdout: "piped",
-        stderr: "inherit",
-      }).spawn();
-      let out = "";
-      const pump = (async () => {
-        for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) out += chunk;
-      })();
+      const w = javaWorker(one.url);
       try {
-        await waitFor(() => /slots spread over 2 node\(s\)/.test(out), "the spread line", 60_000);
+        await waitFor(
+          () => /slots spread over 2 node\(s\)/.test(w.out()),
+          "the spread line",
+          60_000,
+        );
         assert.ok(
-          out.includes(`slots spread over 2 node(s): ${[one.url, two.url].sort().join(", ")}`),
-          out,
+          w.out().includes(`slots spread over 2 node(s): ${[one.url, two.url].sort().join(", ")}`),
+          w.out(),
         );
         for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `java-spread-${i}`);
-        // Every attempt's line was written before its result was reported; stdout may lag.
-        const ran = () => out.split("\n").filter((l) => l.startsWith("ran ")).length;
-        await waitFor(() => ran() >= 20, "20 task runs on stdout", 10_000).catch(() => {});
-        assert.equal(ran(), 20, out);
+        await ranLines(w, 20);
         await assertPolledAndNothingForwarded([one, two]);
       } finally {
-        try {
-          Deno.kill(child.pid, "SIGKILL");
-        } catch { /* gone */ }
-        await child.status;
-        await pump;
+        await w.kill();
+      }
+    }),
+});
+
+Deno.test({
+  ...T,
+  name: "shared: a Java worker's slots on a killed server move at once, and the work goes on",
+  ignore: build === null,
+  fn: () =>
+    withTwo(TWO_STEPS, async (one, two) => {
+      const w = javaWorker(one.url);
+      try {
+        await waitFor(
+          () => /slots spread over 2 node\(s\)/.test(w.out()),
+          "the spread line",
+          60_000,
+        );
+        for (let i = 0; i < 6; i++) await runOne(i % 2 ? two.url : one.url, `java-kill-${i}`);
+        await ranLines(w, 12);
+        // The second server dies: its slots move to the configured address at once, and the
+        // live list loses it once its heartbeat is older than the node timeout.
+        await two.kill(); // SIGKILL
+        for (let i = 6; i < 10; i++) await runOne(one.url, `java-kill-${i}`);
+        await waitFor(
+          () => w.out().includes(`slots spread over 1 node(s): ${one.url}`),
+          "the worker to read one live node",
+          20_000,
+        );
+        for (let i = 10; i < 14; i++) await runOne(one.url, `java-kill-${i}`);
+        const ran = await ranLines(w, 28);
+        assert.equal(new Set(ran).size, 28, `an attempt ran twice:\n${w.out()}`);
+      } finally {
+        await w.kill();
+      }
+    }),
+});
+
+Deno.test({
+  ...T,
+  name: "shared: a server whose advertised address does not answer is left out by a Java " +
+    "worker; its executions' tasks still run",
+  ignore: build === null,
+  fn: async () => {
+    // A port that nothing listens on: taken, then closed.
+    const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const dead = `http://127.0.0.1:${(l.addr as Deno.NetAddr).port}`;
+    l.close();
+    const db = await (await sharedPostgres()).createDatabase();
+    const c = await startSharedCluster({ db, nodes: 1, proxy: false });
+    try {
+      const one = c.nodes[0]!;
+      const two = await c.addNode("node-2", { args: ["--advertise-addr", dead] });
+      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+      const w = javaWorker(one.url);
+      try {
+        await waitFor(
+          () =>
+            w.out().includes(`slots spread over 2 node(s): ${[one.url, dead].sort().join(", ")}`),
+          "the spread line",
+          60_000,
+        );
+        for (let i = 0; i < 6; i++) await runOne(i % 2 ? two.url : one.url, `java-dead-${i}`);
+        await ranLines(w, 12);
+        assert.ok(
+          w.out().includes(
+            `WARN orbit node ${dead} did not answer (connection refused`,
+          ) && w.out().includes(`its slots use ${one.url} for 10 s`),
+          w.out(),
+        );
+      } finally {
+        await w.kill();
+      }
+    } catch (e) {
+      console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
+      throw e;
+    } finally {
+      await c.close();
+    }
+  },
+});
+
+const SLOW = {
+  ir: "orbit-ir/1",
+  name: "SpreadSlow",
+  version: "1.0.0",
+  steps: [{ id: "a", task: "t.slow", contract: "1", input: "{% $input %}" }],
+};
+
+Deno.test({
+  ...T,
+  name: "shared: a Java worker's result held by a paused server goes to the given address once " +
+    "that server leaves the live list, before its attempt is redelivered",
+  ignore: build === null,
+  fn: () =>
+    withTwo(SLOW, async (one, two) => {
+      // One slot per server (node-2's own slot takes the task of the execution it owns); a
+      // request timeout far past the takeover and the redelivery that follows: only the cut
+      // ends the held delivery.
+      const w = javaWorker(one.url, ["2", "60"]);
+      try {
+        await waitFor(
+          () => /slots spread over 2 node\(s\)/.test(w.out()),
+          "the spread line",
+          60_000,
+        );
+        await start(two.url, "SpreadSlow", "java-held-1");
+        await waitFor(() => w.ran().length === 1, "the slow task to start", 30_000);
+        // node-2 stops answering with the result on its way to it.
+        two.pause();
+        const paused = Date.now();
+        await w.say("finish");
+        const r = await api(one.url).get("/v1/executions/java-held-1/wait?timeout_s=30");
+        assert.equal(r.body.status, "completed", JSON.stringify(r.body));
+        const took = Date.now() - paused;
+        assert.ok(took < 15_000, `completed ${took} ms after the pause`);
+        assert.equal(w.ran().length, 1, `the attempt ran again:\n${w.out()}`);
+        const h = await api(one.url).get("/v1/executions/java-held-1/history");
+        const types = (h.body.events as { type: string }[]).map((e) => e.type);
+        assert.equal(types.includes("StepAttemptUncertain"), false, types.join(", "));
+      } finally {
+        two.resume();
+        await w.kill();
       }
     }),
 });
