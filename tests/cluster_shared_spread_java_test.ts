@@ -163,6 +163,9 @@ Deno.test({
         for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `java-spread-${i}`);
         await ranLines(w, 20);
         await assertPolledAndNothingForwarded([one, two]);
+      } catch (e) {
+        console.error(`the Java worker's output:\n${w.out()}`);
+        throw e;
       } finally {
         await w.kill();
       }
@@ -196,6 +199,9 @@ Deno.test({
         for (let i = 10; i < 14; i++) await runOne(one.url, `java-kill-${i}`);
         const ran = await ranLines(w, 28);
         assert.equal(new Set(ran).size, 28, `an attempt ran twice:\n${w.out()}`);
+      } catch (e) {
+        console.error(`the Java worker's output:\n${w.out()}`);
+        throw e;
       } finally {
         await w.kill();
       }
@@ -234,6 +240,9 @@ Deno.test({
           ) && w.out().includes(`its slots use ${one.url} for 10 s`),
           w.out(),
         );
+      } catch (e) {
+        console.error(`the Java worker's output:\n${w.out()}`);
+        throw e;
       } finally {
         await w.kill();
       }
@@ -284,6 +293,9 @@ Deno.test({
         const h = await api(one.url).get("/v1/executions/java-held-1/history");
         const types = (h.body.events as { type: string }[]).map((e) => e.type);
         assert.equal(types.includes("StepAttemptUncertain"), false, types.join(", "));
+      } catch (e) {
+        console.error(`the Java worker's output:\n${w.out()}`);
+        throw e;
       } finally {
         two.resume();
         await w.kill();

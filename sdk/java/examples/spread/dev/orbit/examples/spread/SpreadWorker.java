@@ -16,8 +16,8 @@ import java.util.concurrent.CountDownLatch;
  * A small worker for tests/cluster_shared_spread_java_test.ts: it serves {@code t.spread}
  * (contract 1, echoes its input) and {@code t.slow} (contract 1, echoes its input once a line
  * {@code finish} is read on standard input), reads a shared cluster's live servers every 200 ms,
- * and writes its log lines and one {@code ran <execution> <step>} line per attempt on standard
- * output.
+ * and writes its log lines (debug ones too) and one {@code ran <execution> <step>} line per
+ * attempt on standard output.
  *
  * <pre>
  * java -cp orbit-sdk.jar:orbit-examples.jar:gson.jar dev.orbit.examples.spread.SpreadWorker \
@@ -79,6 +79,7 @@ public final class SpreadWorker {
         .heartbeatInterval(Duration.ofMillis(500))
         .backoff(new Backoff(Duration.ofMillis(50), Duration.ofMillis(500), 2, 0.2))
         .logger(out)
+        .debug(true) // which server each slot talks to, for a failing test's output
         .build();
     w.run();
   }

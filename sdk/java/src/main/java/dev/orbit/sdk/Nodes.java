@@ -22,8 +22,8 @@ import java.util.function.LongSupplier;
  * <p>Every server of a shared cluster accepts every request, and one whose poll hands out a task
  * prefers the executions it owns; the result then goes back on the same connection, to the owner.
  * The worker reads {@code /v1/health} of the address it was given, learns the live servers and
- * their advertised addresses ({@code nodes[].addr}), and spreads its slots over them: slot {@code i}
- * talks to node {@code (i + offset) % n}, the offset random per worker. A node whose address does
+ * their advertised addresses ({@code nodes[].addr}), and spreads its slots over them: slot
+ * {@code i} talks to node {@code (i + offset) % n}, the offset random per worker. A node whose address does
  * not answer is left out for {@link #UNREACHABLE_MS} (its slots use the configured address
  * meanwhile); a node that leaves the live list has its slots told at once ({@code onLeft}: their
  * polls end and the results on their way to it go to the configured address instead). A single
