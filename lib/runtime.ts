@@ -216,6 +216,11 @@ export class Runtime {
       orbit_active_executions: this.executions.running,
       orbit_cached_executions: this.executions.heldCount,
       orbit_worker_sessions: this.workers.sessions.size,
+      // Long polls this server holds open now: worker slots waiting here for a task.
+      orbit_worker_polls_open: [...this.workers.sessions.values()].reduce(
+        (n, s) => n + s.polling,
+        0,
+      ),
     });
   }
 }
