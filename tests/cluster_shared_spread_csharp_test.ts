@@ -9,9 +9,14 @@
  * Newtonsoft.Json is not installed; CI installs them.
  */
 import assert from "node:assert/strict";
-import { api, waitFor } from "./support/server.ts";
-import { sharedPostgres } from "./support/pg.ts";
-import { type NodeProcess, startSharedCluster, tail } from "./support/shared_cluster.ts";
+import { waitFor } from "./support/server.ts";
+import {
+  assertPolledAndNothingForwarded,
+  runOne,
+  TWO_STEPS,
+  waitForPolls,
+  withTwo,
+} from "./support/shared_spread.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -56,73 +61,6 @@ async function buildSpreadWorker(): Promise<string | null> {
 
 const build = await buildSpreadWorker();
 
-const TWO_STEPS = {
-  ir: "orbit-ir/1",
-  name: "SpreadSteps",
-  version: "1.0.0",
-  steps: [
-    { id: "a", task: "t.spread", contract: "1", input: "{% $input %}" },
-    { id: "b", task: "t.spread", contract: "1", input: "{% $steps.a %}" },
-  ],
-};
-
-/**
- * Two shared servers on a fresh database, `workflow` deployed through the first; `fn` gets both
- * (their last log lines are printed when it throws).
- */
-async function withTwo(
-  workflow: Record<string, unknown>,
-  fn: (one: NodeProcess, two: NodeProcess) => Promise<void>,
-): Promise<void> {
-  const db = await (await sharedPostgres()).createDatabase();
-  const c = await startSharedCluster({ db, nodes: 2, proxy: false });
-  try {
-    const [one, two] = c.nodes as [NodeProcess, NodeProcess];
-    assert.equal((await api(one.url).post("/v1/workflows", workflow)).status, 201);
-    await fn(one, two);
-  } catch (e) {
-    console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
-    throw e;
-  } finally {
-    await c.close();
-  }
-}
-
-/** Starts `id` of SpreadSteps through `base` (that server owns it) and waits until it completed. */
-async function runOne(base: string, id: string): Promise<void> {
-  const end = Date.now() + 10_000;
-  for (;;) {
-    const r = await api(base).post("/v1/executions", {
-      workflow: "SpreadSteps",
-      execution_id: id,
-      input: { id },
-    });
-    if (r.status === 201) break;
-    // The other server may not have read the definition yet.
-    if (r.status === 404 && Date.now() < end) {
-      await new Promise((r) => setTimeout(r, 100));
-      continue;
-    }
-    assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
-  }
-  const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
-  assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
-}
-
-/** Every server was polled, and none forwarded a result or a claimed task to another. */
-async function assertPolledAndNothingForwarded(nodes: NodeProcess[]): Promise<void> {
-  for (const n of nodes) {
-    assert.ok(await n.metric("orbit_poll_latency_seconds_count") > 0, `${n.id}: no polls`);
-    for (const kind of ["complete", "fail", "dispatched"]) {
-      assert.equal(
-        await n.metric("orbit_commands_forwarded_total", `{kind="${kind}"}`),
-        0,
-        `${n.id} forwarded ${kind}`,
-      );
-    }
-  }
-}
-
 Deno.test({
   ...T,
   name: "shared: a C# worker given one server's address polls every live server, and each " +
@@ -158,6 +96,7 @@ Deno.test({
         // The worker's slots poll before the first execution starts (its "serving" line comes
         // after StartAsync, which reads the nodes and starts the slots).
         await waitFor(() => out.includes("spread worker serving"), "the worker to serve", 30_000);
+        await waitForPolls([one, two]);
         // One at a time, alternately owned by each server: every task goes to a slot polling
         // its owner, whose result comes back to it.
         for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `cs-spread-${i}`);

@@ -12,6 +12,12 @@ import { api, tempDir, waitFor } from "./support/server.ts";
 import { sharedPostgres } from "./support/pg.ts";
 import { type NodeProcess, startSharedCluster, tail } from "./support/shared_cluster.ts";
 import { goEnv } from "./conformance/sdks.ts";
+import {
+  assertPolledAndNothingForwarded,
+  runOne,
+  TWO_STEPS,
+  waitForPolls,
+} from "./support/shared_spread.ts";
 
 const GO_DIR = new URL("../sdk/go", import.meta.url).pathname;
 
@@ -25,51 +31,6 @@ if (!hasGo) {
     `\n${"!".repeat(78)}\n!!! SKIPPING the Go worker's shared-cluster test: go is not ` +
       `installed (Debian: apt-get install golang-go)\n${"!".repeat(78)}\n`,
   );
-}
-
-const TWO_STEPS = {
-  ir: "orbit-ir/1",
-  name: "SpreadSteps",
-  version: "1.0.0",
-  steps: [
-    { id: "a", task: "t.spread", contract: "1", input: "{% $input %}" },
-    { id: "b", task: "t.spread", contract: "1", input: "{% $steps.a %}" },
-  ],
-};
-
-/** Starts `id` through `base` (that server owns it) and waits until it completed. */
-async function runOne(base: string, id: string): Promise<void> {
-  const end = Date.now() + 10_000;
-  for (;;) {
-    const r = await api(base).post("/v1/executions", {
-      workflow: "SpreadSteps",
-      execution_id: id,
-      input: { id },
-    });
-    if (r.status === 201) break;
-    // The other server may not have read the definition yet.
-    if (r.status === 404 && Date.now() < end) {
-      await new Promise((r) => setTimeout(r, 100));
-      continue;
-    }
-    assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
-  }
-  const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
-  assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
-}
-
-/** Every server was polled, and none forwarded a result or a claimed task to another. */
-async function assertPolledAndNothingForwarded(nodes: NodeProcess[]): Promise<void> {
-  for (const n of nodes) {
-    assert.ok(await n.metric("orbit_poll_latency_seconds_count") > 0, `${n.id}: no polls`);
-    for (const kind of ["complete", "fail", "dispatched"]) {
-      assert.equal(
-        await n.metric("orbit_commands_forwarded_total", `{kind="${kind}"}`),
-        0,
-        `${n.id} forwarded ${kind}`,
-      );
-    }
-  }
 }
 
 /** `go build` of sdk/go/cmd/spread into `dir` (offline: no module proxy). */
@@ -132,6 +93,7 @@ Deno.test({
             ),
             out,
           );
+          await waitForPolls([one, two]);
           for (let i = 0; i < 10; i++) {
             await runOne(i % 2 ? two.url : one.url, `go-spread-${i}`);
           }

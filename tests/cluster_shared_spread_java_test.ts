@@ -13,8 +13,17 @@
 import assert from "node:assert/strict";
 import { api, waitFor } from "./support/server.ts";
 import { sharedPostgres } from "./support/pg.ts";
-import { type NodeProcess, startSharedCluster, tail } from "./support/shared_cluster.ts";
+import { startSharedCluster, tail } from "./support/shared_cluster.ts";
 import { JAVA_FLAGS, javaBuild, MissingToolchain } from "./conformance/sdks.ts";
+import {
+  assertPolledAndNothingForwarded,
+  runOne,
+  SLOW,
+  start,
+  TWO_STEPS,
+  waitForPolls,
+  withTwo,
+} from "./support/shared_spread.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 
@@ -26,60 +35,6 @@ try {
   console.warn(
     `\n${"!".repeat(78)}\n!!! SKIPPING the Java spread test: ${err.message}\n${"!".repeat(78)}\n`,
   );
-}
-
-const TWO_STEPS = {
-  ir: "orbit-ir/1",
-  name: "SpreadSteps",
-  version: "1.0.0",
-  steps: [
-    { id: "a", task: "t.spread", contract: "1", input: "{% $input %}" },
-    { id: "b", task: "t.spread", contract: "1", input: "{% $steps.a %}" },
-  ],
-};
-
-/**
- * Two shared servers on a fresh database, `workflow` deployed through the first; `fn` gets both
- * (their last log lines are printed when it throws).
- */
-async function withTwo(
-  workflow: Record<string, unknown>,
-  fn: (one: NodeProcess, two: NodeProcess) => Promise<void>,
-): Promise<void> {
-  const db = await (await sharedPostgres()).createDatabase();
-  const c = await startSharedCluster({ db, nodes: 2, proxy: false });
-  try {
-    const [one, two] = c.nodes as [NodeProcess, NodeProcess];
-    assert.equal((await api(one.url).post("/v1/workflows", workflow)).status, 201);
-    await fn(one, two);
-  } catch (e) {
-    console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
-    throw e;
-  } finally {
-    await c.close();
-  }
-}
-
-/** Starts `id` of `workflow` through `base` (that server owns it). */
-async function start(base: string, workflow: string, id: string): Promise<void> {
-  const end = Date.now() + 10_000;
-  for (;;) {
-    const r = await api(base).post("/v1/executions", { workflow, execution_id: id, input: { id } });
-    if (r.status === 201) return;
-    // The other server may not have read the definition yet.
-    if (r.status === 404 && Date.now() < end) {
-      await new Promise((r) => setTimeout(r, 100));
-      continue;
-    }
-    assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
-  }
-}
-
-/** Starts `id` of SpreadSteps through `base` (that server owns it) and waits until it completed. */
-async function runOne(base: string, id: string): Promise<void> {
-  await start(base, "SpreadSteps", id);
-  const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
-  assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
 }
 
 /**
@@ -128,20 +83,6 @@ async function ranLines(w: ReturnType<typeof javaWorker>, n: number): Promise<st
   return w.ran();
 }
 
-/** Every server was polled, and none forwarded a result or a claimed task to another. */
-async function assertPolledAndNothingForwarded(nodes: NodeProcess[]): Promise<void> {
-  for (const n of nodes) {
-    assert.ok(await n.metric("orbit_poll_latency_seconds_count") > 0, `${n.id}: no polls`);
-    for (const kind of ["complete", "fail", "dispatched"]) {
-      assert.equal(
-        await n.metric("orbit_commands_forwarded_total", `{kind="${kind}"}`),
-        0,
-        `${n.id} forwarded ${kind}`,
-      );
-    }
-  }
-}
-
 Deno.test({
   ...T,
   name: "shared: a Java worker given one server's address polls every live server, and " +
@@ -160,6 +101,7 @@ Deno.test({
           w.out().includes(`slots spread over 2 node(s): ${[one.url, two.url].sort().join(", ")}`),
           w.out(),
         );
+        await waitForPolls([one, two]);
         for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `java-spread-${i}`);
         await ranLines(w, 20);
         await assertPolledAndNothingForwarded([one, two]);
@@ -254,13 +196,6 @@ Deno.test({
     }
   },
 });
-
-const SLOW = {
-  ir: "orbit-ir/1",
-  name: "SpreadSlow",
-  version: "1.0.0",
-  steps: [{ id: "a", task: "t.slow", contract: "1", input: "{% $input %}" }],
-};
 
 Deno.test({
   ...T,

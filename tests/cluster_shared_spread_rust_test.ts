@@ -15,22 +15,20 @@ import { api, tempDir, waitFor } from "./support/server.ts";
 import { sharedPostgres } from "./support/pg.ts";
 import { type NodeProcess, startSharedCluster, tail } from "./support/shared_cluster.ts";
 import { cargoCommand, rustMissing } from "./conformance/sdks.ts";
+import {
+  assertPolledAndNothingForwarded,
+  runOne,
+  SLOW,
+  start,
+  TWO_STEPS,
+  waitForPolls,
+} from "./support/shared_spread.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
 const RUST_DIR = new URL("../sdk/rust", import.meta.url).pathname;
 
 const missing = await rustMissing();
 if (missing) console.warn(`!!! SKIPPING the Rust worker's shared-cluster spread tests: ${missing}`);
-
-const TWO_STEPS = {
-  ir: "orbit-ir/1",
-  name: "SpreadSteps",
-  version: "1.0.0",
-  steps: [
-    { id: "a", task: "t.spread", contract: "1", input: "{% $input %}" },
-    { id: "b", task: "t.spread", contract: "1", input: "{% $steps.a %}" },
-  ],
-};
 
 let built: Promise<string> | null = null;
 /** The example worker `spread`, built once and copied out of the shared target directory. */
@@ -91,28 +89,6 @@ async function rustWorker(server: string, env: Record<string, string> = {}) {
   };
 }
 
-/** Starts `id` of `workflow` through `base` (that server owns it). */
-async function start(base: string, workflow: string, id: string): Promise<void> {
-  const end = Date.now() + 10_000;
-  for (;;) {
-    const r = await api(base).post("/v1/executions", { workflow, execution_id: id, input: { id } });
-    if (r.status === 201) return;
-    // The other server may not have read the definition yet.
-    if (r.status === 404 && Date.now() < end) {
-      await new Promise((r) => setTimeout(r, 100));
-      continue;
-    }
-    assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
-  }
-}
-
-/** Starts `id` of SpreadSteps through `base` (that server owns it) and waits until it completed. */
-async function runOne(base: string, id: string): Promise<void> {
-  await start(base, "SpreadSteps", id);
-  const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
-  assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
-}
-
 Deno.test({
   ...T,
   name: "shared: a Rust worker given one server's address polls every live server, and each " +
@@ -132,21 +108,13 @@ Deno.test({
         w.out().includes(`slots spread over 2 node(s): ${[one.url, two.url].sort().join(", ")}`),
         w.out(),
       );
+      await waitForPolls([one, two]);
       // One at a time, alternately owned by each server: every task goes to a slot polling its
       // owner, whose result comes back to it.
       for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `rs-spread-${i}`);
       assert.equal(w.ran().length, 20, w.out());
       assert.equal(new Set(w.ran()).size, 20, `an attempt ran twice:\n${w.out()}`);
-      for (const n of [one, two]) {
-        assert.ok(await n.metric("orbit_poll_latency_seconds_count") > 0, `${n.id}: no polls`);
-        for (const kind of ["complete", "fail", "dispatched"]) {
-          assert.equal(
-            await n.metric("orbit_commands_forwarded_total", `{kind="${kind}"}`),
-            0,
-            `${n.id} forwarded ${kind}`,
-          );
-        }
-      }
+      await assertPolledAndNothingForwarded([one, two]);
 
       // The second server dies: its slots move to the configured address at once, and the live
       // list loses it once its heartbeat is older than the node timeout.
@@ -213,13 +181,6 @@ Deno.test({
     }
   },
 });
-
-const SLOW = {
-  ir: "orbit-ir/1",
-  name: "SpreadSlow",
-  version: "1.0.0",
-  steps: [{ id: "a", task: "t.slow", contract: "1", input: "{% $input %}" }],
-};
 
 Deno.test({
   ...T,

@@ -11,43 +11,20 @@
 import assert from "node:assert/strict";
 import { api, waitFor } from "./support/server.ts";
 import { sharedPostgres } from "./support/pg.ts";
-import { type NodeProcess, startSharedCluster, tail } from "./support/shared_cluster.ts";
+import { startSharedCluster, tail } from "./support/shared_cluster.ts";
 import { defineTask, Worker } from "../sdk/typescript/mod.ts";
 import { recordingLogger } from "../sdk/typescript/testing/helpers.ts";
+import {
+  assertPolledAndNothingForwarded,
+  runOne,
+  SLOW,
+  start,
+  TWO_STEPS,
+  waitForPolls,
+  withTwo,
+} from "./support/shared_spread.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
-
-const TWO_STEPS = {
-  ir: "orbit-ir/1",
-  name: "SpreadSteps",
-  version: "1.0.0",
-  steps: [
-    { id: "a", task: "t.spread", contract: "1", input: "{% $input %}" },
-    { id: "b", task: "t.spread", contract: "1", input: "{% $steps.a %}" },
-  ],
-};
-
-/**
- * Two shared servers on a fresh database, `workflow` deployed through the first; `fn` gets both
- * (their last log lines are printed when it throws).
- */
-async function withTwo(
-  workflow: Record<string, unknown>,
-  fn: (one: NodeProcess, two: NodeProcess) => Promise<void>,
-): Promise<void> {
-  const db = await (await sharedPostgres()).createDatabase();
-  const c = await startSharedCluster({ db, nodes: 2, proxy: false });
-  try {
-    const [one, two] = c.nodes as [NodeProcess, NodeProcess];
-    assert.equal((await api(one.url).post("/v1/workflows", workflow)).status, 201);
-    await fn(one, two);
-  } catch (e) {
-    console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
-    throw e;
-  } finally {
-    await c.close();
-  }
-}
 
 /** A worker on `server` whose task echoes its input and counts its attempts. */
 function spreadWorker(server: string, seen: string[]) {
@@ -75,42 +52,6 @@ function spreadWorker(server: string, seen: string[]) {
   return { worker, logger };
 }
 
-/** Starts `id` of `workflow` through `base` (that server owns it). */
-async function start(base: string, workflow: string, id: string): Promise<void> {
-  const end = Date.now() + 10_000;
-  for (;;) {
-    const r = await api(base).post("/v1/executions", { workflow, execution_id: id, input: { id } });
-    if (r.status === 201) return;
-    // The other server may not have read the definition yet.
-    if (r.status === 404 && Date.now() < end) {
-      await new Promise((r) => setTimeout(r, 100));
-      continue;
-    }
-    assert.fail(`start ${id} through ${base}: ${r.status} ${JSON.stringify(r.body)}`);
-  }
-}
-
-/** Starts `id` through `base` (that server owns it) and waits until it completed. */
-async function runOne(base: string, id: string): Promise<void> {
-  await start(base, "SpreadSteps", id);
-  const w = await api(base).get(`/v1/executions/${id}/wait?timeout_s=30`);
-  assert.equal(w.body.status, "completed", `${id}: ${JSON.stringify(w.body)}`);
-}
-
-/** Every server was polled, and none forwarded a result or a claimed task to another. */
-async function assertPolledAndNothingForwarded(nodes: NodeProcess[]): Promise<void> {
-  for (const n of nodes) {
-    assert.ok(await n.metric("orbit_poll_latency_seconds_count") > 0, `${n.id}: no polls`);
-    for (const kind of ["complete", "fail", "dispatched"]) {
-      assert.equal(
-        await n.metric("orbit_commands_forwarded_total", `{kind="${kind}"}`),
-        0,
-        `${n.id} forwarded ${kind}`,
-      );
-    }
-  }
-}
-
 Deno.test({
   ...T,
   name: "shared: a worker given one server's address polls every live server, and each " +
@@ -123,6 +64,7 @@ Deno.test({
       try {
         assert.deepEqual([...worker.nodeAddresses], [one.url, two.url].sort());
         assert.match(logger.text(), /slots spread over 2 node\(s\)/);
+        await waitForPolls([one, two]);
         // One at a time, alternately owned by each server: every task goes to a slot polling
         // its owner, whose result comes back to it.
         for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `spread-${i}`);
@@ -183,13 +125,6 @@ Deno.test({
     }
   },
 });
-
-const SLOW = {
-  ir: "orbit-ir/1",
-  name: "SpreadSlow",
-  version: "1.0.0",
-  steps: [{ id: "a", task: "t.slow", contract: "1", input: "{% $input %}" }],
-};
 
 Deno.test({
   ...T,
@@ -292,6 +227,7 @@ Deno.test({
           out.includes(`slots spread over 2 node(s): ${[one.url, two.url].sort().join(", ")}`),
           out,
         );
+        await waitForPolls([one, two]);
         for (let i = 0; i < 10; i++) await runOne(i % 2 ? two.url : one.url, `py-spread-${i}`);
         assert.equal(out.split("\n").filter((l) => l.startsWith("ran ")).length, 20, out);
         await assertPolledAndNothingForwarded([one, two]);
