@@ -22,6 +22,7 @@ import {
   start,
   TWO_STEPS,
   waitForPolls,
+  withDeadSecond,
 } from "./support/shared_spread.ts";
 
 const T = { sanitizeOps: false, sanitizeResources: false };
@@ -146,39 +147,33 @@ Deno.test({
   ignore: missing !== null,
   fn: async () => {
     await spreadProgram();
-    // A port that nothing listens on: taken, then closed.
-    const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    const dead = `http://127.0.0.1:${(l.addr as Deno.NetAddr).port}`;
-    l.close();
-    const db = await (await sharedPostgres()).createDatabase();
-    const c = await startSharedCluster({ db, nodes: 1, proxy: false });
-    let worker: Awaited<ReturnType<typeof rustWorker>> | null = null;
-    try {
-      const one = c.nodes[0]!;
-      const two = await c.addNode("node-2", { args: ["--advertise-addr", dead] });
-      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
-      const w = worker = await rustWorker(one.url);
-      await waitFor(() => /slots spread over 2 node\(s\)/.test(w.out()), "the spread line", 20_000);
-      assert.ok(
-        w.out().includes(`slots spread over 2 node(s): ${[one.url, dead].sort().join(", ")}`),
-        w.out(),
-      );
-      for (let i = 0; i < 6; i++) await runOne(i % 2 ? two.url : one.url, `rs-dead-${i}`);
-      assert.equal(w.ran().length, 12, w.out());
-      assert.match(
-        w.out(),
-        new RegExp(`node ${dead} did not answer \\(.+\\); its slots use ${one.url} for 10 s`),
-      );
-      // Left out without a backoff: no poll failure was logged.
-      assert.doesNotMatch(w.out(), /poll failed/);
-    } catch (e) {
-      console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
-      if (worker) console.error(`the Rust worker's output:\n${worker.out()}`);
-      throw e;
-    } finally {
-      await worker?.kill();
-      await c.close();
-    }
+    await withDeadSecond(TWO_STEPS, async (one, two, dead) => {
+      const w = await rustWorker(one.url);
+      try {
+        await waitFor(
+          () => /slots spread over 2 node\(s\)/.test(w.out()),
+          "the spread line",
+          20_000,
+        );
+        assert.ok(
+          w.out().includes(`slots spread over 2 node(s): ${[one.url, dead].sort().join(", ")}`),
+          w.out(),
+        );
+        for (let i = 0; i < 6; i++) await runOne(i % 2 ? two.url : one.url, `rs-dead-${i}`);
+        assert.equal(w.ran().length, 12, w.out());
+        assert.match(
+          w.out(),
+          new RegExp(`node ${dead} did not answer \\(.+\\); its slots use ${one.url} for 10 s`),
+        );
+        // Left out without a backoff: no poll failure was logged.
+        assert.doesNotMatch(w.out(), /poll failed/);
+      } catch (e) {
+        console.error(`the Rust worker's output:\n${w.out()}`);
+        throw e;
+      } finally {
+        await w.kill();
+      }
+    });
   },
 });
 

@@ -10,8 +10,6 @@
  */
 import assert from "node:assert/strict";
 import { api, waitFor } from "./support/server.ts";
-import { sharedPostgres } from "./support/pg.ts";
-import { startSharedCluster, tail } from "./support/shared_cluster.ts";
 import { defineTask, Worker } from "../sdk/typescript/mod.ts";
 import { recordingLogger } from "../sdk/typescript/testing/helpers.ts";
 import {
@@ -21,6 +19,7 @@ import {
   start,
   TWO_STEPS,
   waitForPolls,
+  withDeadSecond,
   withTwo,
 } from "./support/shared_spread.ts";
 
@@ -95,17 +94,8 @@ Deno.test({
   ...T,
   name: "shared: a server whose advertised address does not answer is left out; its " +
     "executions' tasks still run",
-  fn: async () => {
-    // A port that nothing listens on: taken, then closed.
-    const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    const dead = `http://127.0.0.1:${(l.addr as Deno.NetAddr).port}`;
-    l.close();
-    const db = await (await sharedPostgres()).createDatabase();
-    const c = await startSharedCluster({ db, nodes: 1, proxy: false });
-    try {
-      const one = c.nodes[0]!;
-      const two = await c.addNode("node-2", { args: ["--advertise-addr", dead] });
-      assert.equal((await api(one.url).post("/v1/workflows", TWO_STEPS)).status, 201);
+  fn: () =>
+    withDeadSecond(TWO_STEPS, async (one, two, dead) => {
       const seen: string[] = [];
       const { worker, logger } = spreadWorker(one.url, seen);
       await worker.start();
@@ -117,13 +107,7 @@ Deno.test({
       } finally {
         await worker.stop({ timeoutMs: 5_000 });
       }
-    } catch (e) {
-      console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
-      throw e;
-    } finally {
-      await c.close();
-    }
-  },
+    }),
 });
 
 Deno.test({

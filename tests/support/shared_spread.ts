@@ -50,6 +50,32 @@ export async function withTwo(
   }
 }
 
+/**
+ * One shared server, and a second that advertises an address nothing listens on (a port taken,
+ * then closed), `workflow` deployed through the first; `fn` gets both and the dead address.
+ */
+export async function withDeadSecond(
+  workflow: Record<string, unknown>,
+  fn: (one: NodeProcess, two: NodeProcess, dead: string) => Promise<void>,
+): Promise<void> {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const dead = `http://127.0.0.1:${(l.addr as Deno.NetAddr).port}`;
+  l.close();
+  const db = await (await sharedPostgres()).createDatabase();
+  const c = await startSharedCluster({ db, nodes: 1, proxy: false });
+  try {
+    const one = c.nodes[0]!;
+    const two = await c.addNode("node-2", { args: ["--advertise-addr", dead] });
+    assert.equal((await api(one.url).post("/v1/workflows", workflow)).status, 201);
+    await fn(one, two, dead);
+  } catch (e) {
+    console.error(c.nodes.map((n) => tail(n, 40)).join("\n"));
+    throw e;
+  } finally {
+    await c.close();
+  }
+}
+
 /** Starts `id` of `workflow` through `base` (that server owns it). */
 export async function start(base: string, workflow: string, id: string): Promise<void> {
   const end = Date.now() + 10_000;
