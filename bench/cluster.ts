@@ -1,5 +1,7 @@
 /**
- * The benchmark's servers: one single server, or N shared-mode servers on one PostgreSQL
+ * The benchmark's servers: one single server, N single servers each on a database of its own
+ * (`independent`: no shared state at all, what N servers reach on this host whatever the mode),
+ * or N shared-mode servers on one PostgreSQL
  * database behind the round-robin proxy of the end-to-end tests (each new connection to the
  * next server answering 200 on /v1/ready), as on the reference page's throughput table — or,
  * without the proxy, every client and worker on the first server, or (`spread`) spread over the
@@ -29,6 +31,11 @@ export async function startBenchServers(o: {
   denoArgs?: string[];
   /** 0: a single server (no --cluster); N: N shared servers. */
   shared: number;
+  /**
+   * Instead: one single server on each of these databases, client i on server i % N, worker
+   * process j on server j % N (as `spread`).
+   */
+  independent?: string[];
   /** Shared mode: behind the round-robin proxy (default), or clients on the first server. */
   proxy?: boolean;
   /** Shared mode without the proxy: client i on server i % N, worker j on server j % N. */
@@ -57,6 +64,18 @@ export async function startBenchServers(o: {
       },
     };
   };
+  if (o.independent) {
+    if (o.shared > 0) throw new Error("independent: single servers, not shared ones");
+    const servers = await Promise.all(o.independent.map((db, i) =>
+      startServer({
+        db,
+        args: o.args,
+        ...(o.denoArgs ? { denoArgs: o.denoArgs } : {}),
+        ...capped(i),
+      })
+    ));
+    return result(servers[0]!.url, servers.map((s) => s.url), servers);
+  }
   if (o.shared <= 0) {
     const server = await startServer({
       db: o.db,

@@ -18,6 +18,9 @@
  *                       worker per server; --spread-slots: each worker's slots on every server)
  *   deno task bench --cluster shared --servers 3 --server-cpus 0.25   (each server in a cgroup of
  *                       its own capped at 0.25 CPU; also without --cluster: bench/cgroup.ts)
+ *   deno task bench --cluster independent --servers 3   (three single servers, each on a database
+ *                       of its own, the load spread as with --spread: what three servers reach on
+ *                       this host without any shared state, the ceiling of the shared rows)
  *   deno task bench --deno-args="--v8-flags=--max-semi-space-size=2"   (flags for the server's deno run)
  *   deno task bench --waiting 100000    (that many executions wait for a signal through the run)
  *   deno task bench --store postgres --pg-statements   (PostgreSQL's statements per order, too)
@@ -88,6 +91,8 @@ const { values } = parseArgs({
     // server then listens with --grpc-addr too); printed as the language "typescript-grpc".
     "grpc-workers": { type: "string", default: "0" },
     // Shared mode: N servers on one PostgreSQL database behind a round-robin proxy.
+    // "independent": N single servers, each on a database of its own, the load spread over
+    // them as with --spread (no proxy).
     cluster: { type: "string", default: "" },
     servers: { type: "string", default: "1" },
     // Shared mode without the proxy: clients and workers talk to the first server.
@@ -119,8 +124,16 @@ if (!["http1", "fetch"].includes(CLIENT_TRANSPORT)) {
   throw new Error("--client-transport: http1 or fetch");
 }
 const SHARED = values.cluster === "shared" ? Number(values.servers) : 0;
-if (values.cluster && values.cluster !== "shared") {
-  throw new Error(`--cluster ${values.cluster}: only shared is benchmarked`);
+/** `--cluster independent`: that many single servers, each on a database of its own. */
+const INDEPENDENT = values.cluster === "independent" ? Number(values.servers) : 0;
+if (values.cluster && !["shared", "independent"].includes(values.cluster)) {
+  throw new Error(`--cluster ${values.cluster}: shared or independent`);
+}
+if (!Number.isInteger(Number(values.servers)) || Number(values.servers) < 1) {
+  throw new Error("--servers: a count of servers");
+}
+if (INDEPENDENT > 0 && values["no-proxy"]) {
+  throw new Error("--cluster independent: no proxy in front of single servers already");
 }
 const SPREAD = values.spread;
 if (SPREAD && SHARED < 1) throw new Error("--spread: the shared servers of --cluster shared");
@@ -130,7 +143,7 @@ const PIN_WORKERS = values["pin-workers"] || (SPREAD && !values["spread-slots"])
 // Before anything is started: refused (exit 2) where no cgroup can be made.
 const CPU_CAPS = values["server-cpus"] === undefined
   ? null
-  : capServersOrExit(Number(values["server-cpus"]), Math.max(1, SHARED));
+  : capServersOrExit(Number(values["server-cpus"]), Math.max(1, SHARED, INDEPENDENT));
 const ORDERS = Number(values.orders);
 const WARMUP = Number(values.warmup);
 if (!Number.isInteger(WARMUP) || WARMUP < 0) throw new Error("--warmup: a count of orders");
@@ -148,6 +161,13 @@ const COMPILED_COUNTS = new Map<CompiledLanguage, number>(
   }),
 );
 const COMPILED = [...COMPILED_COUNTS].filter(([, n]) => n > 0).map(([l]) => l);
+if (
+  INDEPENDENT > 0 &&
+  (COMPILED.length > 0 || Number(values["python-workers"]) > 0 ||
+    Number(values["grpc-workers"]) > 0)
+) {
+  throw new Error("--cluster independent: TypeScript workers only (--workers)");
+}
 /** Each compiled SDK's worker command line, built once for every store the bench runs on. */
 const COMPILED_COMMANDS = new Map<CompiledLanguage, string[]>();
 for (const l of COMPILED) {
@@ -171,9 +191,15 @@ function pct(sorted: number[], p: number): number {
 }
 
 async function bench(store: "sqlite" | "postgres") {
-  const db = store === "sqlite"
-    ? `${await tempDir()}/bench.db`
-    : await (await sharedPostgres()).createDatabase();
+  const newDb = async () =>
+    store === "sqlite"
+      ? `${await tempDir()}/bench.db`
+      : await (await sharedPostgres()).createDatabase();
+  const db = await newDb();
+  // --cluster independent: a database for each server (the first one's is `db`).
+  const independent = INDEPENDENT > 0
+    ? [db, ...await Promise.all(Array.from({ length: INDEPENDENT - 1 }, newDb))]
+    : undefined;
   const extra = values["server-args"] ? values["server-args"].split(" ") : [];
   const grpcCount = Number(values["grpc-workers"]);
   if (grpcCount > 0) extra.push("--grpc-addr", "127.0.0.1:0");
@@ -186,6 +212,7 @@ async function bench(store: "sqlite" | "postgres") {
     db,
     args: extra,
     shared: SHARED,
+    ...(independent ? { independent } : {}),
     proxy: !values["no-proxy"] && !SPREAD,
     spread: SPREAD,
     ...(CPU_CAPS ? { cpuCaps: CPU_CAPS } : {}),
@@ -275,10 +302,14 @@ async function bench(store: "sqlite" | "postgres") {
     : null;
   try {
     const c = api(server.url);
-    await c.post(
-      "/v1/workflows",
-      pyCount > 0 && compiledWorkers.length === 0 ? PYTHON_WORKFLOW : ORDER_WORKFLOW,
-    );
+    // Independent servers share nothing: each one gets the workflow (and a warm-up order).
+    const own = independent ? cluster.servers.map((s) => api(s.url)) : [c];
+    for (const each of own) {
+      await each.post(
+        "/v1/workflows",
+        pyCount > 0 && compiledWorkers.length === 0 ? PYTHON_WORKFLOW : ORDER_WORKFLOW,
+      );
+    }
     // The compiled SDKs' workers (Mono's and the JVM's start take seconds on a loaded machine)
     // registered before the warm-up, so that every language polls when the run starts.
     if (compiledWorkers.length > 0) {
@@ -311,12 +342,17 @@ async function bench(store: "sqlite" | "postgres") {
       }
     }
     // Warm up: one order end to end, so the workers are registered and polling.
-    await c.post("/v1/executions", {
-      workflow: "OrderProcessing",
-      execution_id: "warmup",
-      input: orderInput("warmup"),
-    });
-    await c.get("/v1/executions/warmup/wait?timeout_s=60");
+    for (const each of own) {
+      await each.post("/v1/executions", {
+        workflow: "OrderProcessing",
+        execution_id: "warmup",
+        input: orderInput("warmup"),
+      });
+      const done = await each.get("/v1/executions/warmup/wait?timeout_s=60");
+      if (done.body?.status !== "completed") {
+        throw new Error(`warm-up order: ${done.status} ${JSON.stringify(done.body)}`);
+      }
+    }
     if (WAITING > 0) {
       await c.post("/v1/workflows", WAITER_WORKFLOW);
       let n = 0;
@@ -439,7 +475,11 @@ async function bench(store: "sqlite" | "postgres") {
     latencies.sort((a, b) => a - b);
     const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
     return {
-      store: SHARED > 0
+      store: INDEPENDENT > 0
+        ? `${store}, ${INDEPENDENT} independent single server${INDEPENDENT > 1 ? "s" : ""}${
+          CPU_CAPS ? `, ${CPU_CAPS.cpus} CPU each` : ""
+        }`
+        : SHARED > 0
         ? `${store}, ${SHARED} shared server${SHARED > 1 ? "s" : ""}${
           SPREAD
             ? PIN_WORKERS
