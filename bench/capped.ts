@@ -10,16 +10,23 @@
  * Rows: one single server; one shared server (no proxy); two and three shared servers with
  * `--spread` (no proxy: clients and worker processes spread as a round-robin balancer would, each
  * worker process's slots on its one server);
- * three independent single servers, each on a database of its own with the load spread the same
- * way (no target: what three servers reach on this host with nothing shared, the ceiling of the
- * shared rows); three shared servers behind the round-robin proxy. Each run is `deno task bench` in a process
+ * two and three independent single servers, each on a database of its own with the load spread
+ * the same way (no target: what that many servers reach on this host with nothing shared, the
+ * ceiling of the shared rows); three shared servers behind the round-robin proxy. Each run is `deno task bench` in a process
  * of its own; a run that fails (or a host where no cgroup can be made) stops the table with its
  * output. Prints the table in Markdown, the CPU per order of each row over the rounds, and in how
  * many rounds each of the issue's targets was met.
  */
 import { parseArgs } from "node:util";
 
-export type RowName = "single" | "shared1" | "spread2" | "spread3" | "independent3" | "proxy3";
+export type RowName =
+  | "single"
+  | "shared1"
+  | "spread2"
+  | "independent2"
+  | "spread3"
+  | "independent3"
+  | "proxy3";
 
 export const ROWS: ReadonlyArray<{ name: RowName; title: string; args: string[] }> = [
   { name: "single", title: "1 single", args: ["--warmup", "600"] },
@@ -32,6 +39,12 @@ export const ROWS: ReadonlyArray<{ name: RowName; title: string; args: string[] 
     name: "spread2",
     title: "2 shared (`--spread`)",
     args: ["--cluster", "shared", "--servers", "2", "--spread", "--warmup", "1200"],
+  },
+  {
+    // No target of its own (see independent3 below).
+    name: "independent2",
+    title: "2 independent single",
+    args: ["--cluster", "independent", "--servers", "2", "--warmup", "1200"],
   },
   {
     name: "spread3",
@@ -135,13 +148,21 @@ export function report(rounds: Round[]): string {
     const met = rounds.filter(t.met).length;
     out.push(`- ${t.text}: met in ${met} of ${rounds.length} rounds`);
   }
-  out.push(
-    `- three shared servers (\`--spread\`) against three independent single servers: ${
-      rounds.map((r) => fix(r.spread3.orders_per_s / r.independent3.orders_per_s)).join(", ")
-    } (the independent ones against the single server: ${
-      rounds.map((r) => fix(ratio(r, "independent3"))).join(", ")
-    })`,
-  );
+  for (
+    const [n, shared, independent] of [[2, "spread2", "independent2"], [
+      3,
+      "spread3",
+      "independent3",
+    ]] as const
+  ) {
+    out.push(
+      `- ${n} shared servers (\`--spread\`) against ${n} independent single servers: ${
+        rounds.map((r) => fix(r[shared].orders_per_s / r[independent].orders_per_s)).join(", ")
+      } (the independent ones against the single server: ${
+        rounds.map((r) => fix(ratio(r, independent))).join(", ")
+      })`,
+    );
+  }
   return out.join("\n");
 }
 
