@@ -296,7 +296,14 @@ Deno.test({
           assert.equal(dispatched.length, 1);
           assert.equal(dispatched[0].token, task.token);
           // One commit holds the start and the dispatch (a claim takes a second one).
-          if (await commits() - before === 1) handed++;
+          if (await commits() - before === 1) {
+            handed++;
+            // The task went out from the owner's memory: its row is written without the
+            // payload (a claim's row keeps it: the claim hands it out from the row).
+            const [row] = await sql`SELECT payload IS NULL AS bare FROM orbit_tasks
+              WHERE execution_id = ${id}`;
+            assert.equal(row!.bare, true);
+          }
         }
         assert.equal(handed, 1, "no start handed its first task to the waiting poll");
       } finally {

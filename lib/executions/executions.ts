@@ -220,7 +220,9 @@ export class Executions {
       const epoch = own.epochOf(next.execution_id) ??
         (next.parent_id !== null ? own.epochOf(next.parent_id) : undefined) ??
         (next.root_id !== next.execution_id ? own.epochOf(next.root_id) : undefined) ?? 1;
-      const changes = sharedChanges(prev, next, events, now);
+      // A forwarded command (inbox entries) may be answered with its rows' task inputs left
+      // out: those rows keep them (sharedChanges).
+      const changes = sharedChanges(prev, next, events, now, inbox.length > 0);
       for (const t of changes.enqueue) if (t.claimed) t.claimed.node_id = own.nodeId;
       for (const t of changes.take) t.claimed_by = own.nodeId;
       item.shared = { node_id: own.nodeId, epoch, ...changes, inbox };

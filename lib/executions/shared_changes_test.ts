@@ -17,7 +17,7 @@ Deno.test("sharedChanges: a scheduled task is enqueued once, its dispatch takes 
   assert.equal(start.enqueue.length, 1);
   assert.equal(start.enqueue[0]!.step, "a");
   assert.equal(start.enqueue[0]!.unit, "run-1/a/1/0");
-  assert.deepEqual(start.enqueue[0]!.payload.input, { x: 1 });
+  assert.deepEqual(start.enqueue[0]!.payload?.input, { x: 1 });
   let token = "";
   const dispatch = await step(d, async () => token = await d.dispatch("a"));
   // The queued row is taken in the dispatch's commit (or carries the token of its claim).
@@ -47,7 +47,7 @@ Deno.test("sharedChanges: an uncertain attempt is a new unit; its dead token is 
   const first = await d.dispatch("a");
   const unc = await step(d, () => d.send({ type: "uncertain", token: first, reason: "lost" }));
   assert.deepEqual(unc.enqueue.map((t) => t.unit), ["run-1/a/1/1"]);
-  assert.equal(unc.enqueue[0]!.payload.redelivery, true);
+  assert.equal(unc.enqueue[0]!.payload?.redelivery, true);
   const second = await d.dispatch("a");
   const ok = await step(d, () => d.complete(second, 1));
   assert.deepEqual(ok.done, [second]);
@@ -67,3 +67,37 @@ Deno.test("sharedChanges: a cancel removes queued units and cancels claimed atte
   assert.deepEqual(claimed.cancel, [token]);
   assert.deepEqual(claimed.gone, []);
 });
+
+Deno.test("sharedChanges: a step dispatched in the append that scheduled it is written claimed, without its payload unless asked", async () => {
+  const d = new Driver(workflow([task("a"), task("b", { input: "{% $steps.a %}" })]));
+  await d.start();
+  const first = await d.dispatch("a");
+  // One append: the result, and the step it makes ready dispatched to the same session.
+  const prev = structuredClone(d.s);
+  const before = d.history.length;
+  await d.complete(first, { n: 1 });
+  const second = await d.dispatch("b");
+  const events = d.history.slice(before);
+  const kept = sharedChanges(prev, d.s, events, d.now);
+  const left = sharedChanges(prev, d.s, events, d.now, false);
+  for (const c of [kept, left]) {
+    assert.deepEqual(c.enqueue.map((t) => [t.step, t.unit, t.claimed]), [
+      ["b", "run-1/b/1/0", { token: second, session_id: "sess-1", node_id: "" }],
+    ]);
+    assert.deepEqual(c.done, [first]);
+  }
+  assert.deepEqual(kept.enqueue[0]!.payload?.input, { n: 1 });
+  assert.equal(left.enqueue[0]!.payload, null);
+  // A queued row keeps its payload either way: a claim hands it out from the row.
+  const d2 = new Driver(workflow([task("a", { input: "{% $input %}" })]));
+  const queued = await step2(d2, () => d2.start({ x: 1 }));
+  assert.deepEqual(queued.enqueue[0]!.payload?.input, { x: 1 });
+});
+
+/** `step` with the claimed rows' payloads left out. */
+async function step2(d: Driver, send: () => Promise<unknown>) {
+  const prev: ExecutionState | null = d.state ? structuredClone(d.state) : null;
+  const before = d.history.length;
+  await send();
+  return sharedChanges(prev, d.s, d.history.slice(before), d.now, false);
+}

@@ -78,8 +78,11 @@ export interface TaskRow {
   contract_version: string;
   language: string | null;
   enqueued_ms: number;
-  /** Everything of the task payload (SPEC §4) but the token. */
-  payload: Record<string, unknown>;
+  /**
+   * Everything of the task payload (SPEC §4) but the token; null for a row written claimed
+   * whose task went out from this server's memory (sharedChanges: `claimedPayload`).
+   */
+  payload: Record<string, unknown> | null;
   /** Dispatched in the same append (eager dispatch): the row is written claimed. */
   claimed?: { token: string; session_id: string; node_id: string } | null;
 }

@@ -200,9 +200,14 @@ export const QUEUE_DEPTH = `
 SELECT task_name, contract_version, count(*) AS n FROM orbit_tasks WHERE state = 'queued'
 GROUP BY task_name, contract_version`;
 
-/** The inputs of tasks whose reply left them out (too large for a notification). */
+/**
+ * The inputs of tasks whose reply left them out (too large for a notification). A row written
+ * without its payload (sharedChanges: an eager dispatch of the owner's own) is not answered, and
+ * its task is not handed out. Params: $1 tokens.
+ */
 export const TASK_INPUTS = `
-SELECT token, payload->'input' AS input FROM orbit_tasks WHERE token = ANY (${list(1)})`;
+SELECT token, payload->'input' AS input FROM orbit_tasks
+WHERE token = ANY (${list(1)}) AND jsonb_typeof(payload) = 'object'`;
 
 /** The attempts a session holds (its claimed rows). Params: $1 session_id. */
 export const CLAIMED_BY_SESSION = `
