@@ -12,10 +12,11 @@
  * worker process's slots on its one server);
  * two and three independent single servers, each on a database of its own with the load spread
  * the same way (no target: what that many servers reach on this host with nothing shared, the
- * ceiling of the shared rows); three shared servers behind the round-robin proxy. Each run is `deno task bench` in a process
- * of its own; a run that fails (or a host where no cgroup can be made) stops the table with its
- * output. Prints the table in Markdown, the CPU per order of each row over the rounds, and in how
- * many rounds each of the issue's targets was met.
+ * ceiling of the shared rows); three shared servers behind the round-robin proxy. Each run is
+ * `deno task bench` in a process of its own; a run that fails (or a host where no cgroup can be
+ * made) stops the table with its output. Prints the table in Markdown, the CPU per order of each
+ * row over the rounds, in how many rounds each of the issue's targets was met, and each shared
+ * row against the independent servers of its round.
  */
 import { parseArgs } from "node:util";
 
@@ -65,6 +66,9 @@ export const ROWS: ReadonlyArray<{ name: RowName; title: string; args: string[] 
     args: ["--cluster", "shared", "--servers", "3", "--warmup", "1800"],
   },
 ];
+
+/** Each shared row (`--spread`) with the independent servers of the same count: its ceiling. */
+const CEILINGS = [[2, "spread2", "independent2"], [3, "spread3", "independent3"]] as const;
 
 /** The figures of one run that the table uses (a subset of bench/throughput.ts's JSON). */
 export interface RunFigures {
@@ -148,13 +152,7 @@ export function report(rounds: Round[]): string {
     const met = rounds.filter(t.met).length;
     out.push(`- ${t.text}: met in ${met} of ${rounds.length} rounds`);
   }
-  for (
-    const [n, shared, independent] of [[2, "spread2", "independent2"], [
-      3,
-      "spread3",
-      "independent3",
-    ]] as const
-  ) {
+  for (const [n, shared, independent] of CEILINGS) {
     out.push(
       `- ${n} shared servers (\`--spread\`) against ${n} independent single servers: ${
         rounds.map((r) => fix(r[shared].orders_per_s / r[independent].orders_per_s)).join(", ")

@@ -53,7 +53,13 @@ export function taskPayload(s: ExecutionState, st: StepState): Record<string, un
   };
 }
 
-function taskRow(s: ExecutionState, st: StepState, unit: string, now: number): TaskRow {
+function taskRow(
+  s: ExecutionState,
+  st: StepState,
+  unit: string,
+  now: number,
+  withPayload = true,
+): TaskRow {
   return {
     execution_id: s.execution_id,
     run_id: s.run_id,
@@ -64,7 +70,7 @@ function taskRow(s: ExecutionState, st: StepState, unit: string, now: number): T
     contract_version: st.contract,
     language: st.language,
     enqueued_ms: now,
-    payload: taskPayload(s, st),
+    payload: withPayload ? taskPayload(s, st) : null,
   };
 }
 
@@ -133,10 +139,8 @@ export function sharedChanges(
       });
       continue;
     }
-    const row = taskRow(next, st, unit, now);
-    if (!claimedPayload) row.payload = null;
     enqueue.push({
-      ...row,
+      ...taskRow(next, st, unit, now, claimedPayload),
       claimed: { token: e.token, session_id: e.worker_session, node_id: "" },
     });
   }

@@ -4,11 +4,11 @@ import type { ExecutionState } from "../engine/state.ts";
 import { OWN_TASK_HEAD_START_MS, sharedChanges } from "./shared_changes.ts";
 
 /** Sends a command through the driver and returns the queue changes of its append. */
-async function step(d: Driver, send: () => Promise<unknown>) {
+async function step(d: Driver, send: () => Promise<unknown>, claimedPayload = true) {
   const prev: ExecutionState | null = d.state ? structuredClone(d.state) : null;
   const before = d.history.length;
   await send();
-  return sharedChanges(prev, d.s, d.history.slice(before), d.now);
+  return sharedChanges(prev, d.s, d.history.slice(before), d.now, claimedPayload);
 }
 
 Deno.test("sharedChanges: a scheduled task is enqueued once, its dispatch takes the queued row", async () => {
@@ -90,14 +90,6 @@ Deno.test("sharedChanges: a step dispatched in the append that scheduled it is w
   assert.equal(left.enqueue[0]!.payload, null);
   // A queued row keeps its payload either way: a claim hands it out from the row.
   const d2 = new Driver(workflow([task("a", { input: "{% $input %}" })]));
-  const queued = await step2(d2, () => d2.start({ x: 1 }));
+  const queued = await step(d2, () => d2.start({ x: 1 }), false);
   assert.deepEqual(queued.enqueue[0]!.payload?.input, { x: 1 });
 });
-
-/** `step` with the claimed rows' payloads left out. */
-async function step2(d: Driver, send: () => Promise<unknown>) {
-  const prev: ExecutionState | null = d.state ? structuredClone(d.state) : null;
-  const before = d.history.length;
-  await send();
-  return sharedChanges(prev, d.s, d.history.slice(before), d.now, false);
-}
