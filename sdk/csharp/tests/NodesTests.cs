@@ -183,9 +183,17 @@ namespace Orbit.Tests
                     // A read of another list takes it.
                     var next = Health("shared", Node("http://a:1"), Node("http://b:1", false));
                     r.Health = () => next;
-                    await WaitFor("the new list", () => r.Nodes.Addresses.Count == 1);
+                    // The refresh loop swaps the list, logs, then tells the slots of b: wait for both.
+                    await WaitFor("the new list and its left call", () =>
+                    {
+                        lock (r.Left) return r.Nodes.Addresses.Count == 1 && r.Left.Count >= 1;
+                    });
                     Same(new[] { "http://a:1" }, r.Nodes.Addresses, "after b left");
-                    Check.Equal(1, r.Left.Count, "left calls");
+                    lock (r.Left)
+                    {
+                        Check.Equal(1, r.Left.Count, "left calls");
+                        Same(new[] { "http://b:1" }, r.Left[0], "left");
+                    }
                 }
                 finally
                 {
