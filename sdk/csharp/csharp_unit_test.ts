@@ -9,11 +9,37 @@ import assert from "node:assert/strict";
 
 const DIR = new URL(".", import.meta.url).pathname;
 
-async function run(cmd: string, args: string[]): Promise<{ code: number; text: string }> {
-  const out = await new Deno.Command(cmd, { args, cwd: DIR, stdout: "piped", stderr: "piped" })
-    .output();
+/**
+ * Runs a command in this folder. Past `limitMs` it is sent SIGQUIT (Mono prints every thread's
+ * stack to its output), then killed, and the answer says so: a hang fails with its stacks
+ * instead of holding the suite until CI's own limit.
+ */
+async function run(
+  cmd: string,
+  args: string[],
+  limitMs = 300_000,
+): Promise<{ code: number; text: string }> {
+  const child = new Deno.Command(cmd, { args, cwd: DIR, stdout: "piped", stderr: "piped" })
+    .spawn();
+  let hung = false;
+  const timer = setTimeout(() => {
+    hung = true;
+    try {
+      child.kill("SIGQUIT");
+    } catch { /* gone */ }
+    setTimeout(() => {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* gone */ }
+    }, 3000);
+  }, limitMs);
+  const out = await child.output();
+  clearTimeout(timer);
   const dec = new TextDecoder();
-  return { code: out.code, text: dec.decode(out.stdout) + dec.decode(out.stderr) };
+  const text = dec.decode(out.stdout) + dec.decode(out.stderr);
+  return hung
+    ? { code: -1, text: `${cmd} ${args.join(" ")} ran past ${limitMs / 1000} s:\n${text}` }
+    : { code: out.code, text };
 }
 
 async function has(cmd: string): Promise<boolean> {
@@ -48,7 +74,8 @@ Deno.test({
     try {
       const build = await run("sh", ["build.sh", out]);
       assert.equal(build.code, 0, `build.sh failed:\n${build.text}`);
-      const test = await run("mono", ["--debug", `${out}/Orbit.Sdk.Tests.exe`]);
+      // About 4 s; each test has a 20 s limit of its own, so two minutes is a hang (seen once).
+      const test = await run("mono", ["--debug", `${out}/Orbit.Sdk.Tests.exe`], 120_000);
       assert.equal(test.code, 0, `the C# test suite failed:\n${test.text}`);
       assert.match(test.text, /^\d+ passed, 0 failed/m, test.text);
     } finally {
