@@ -6,41 +6,9 @@
  * Newtonsoft.Json is not installed; CI installs them (.ci/run).
  */
 import assert from "node:assert/strict";
+import { described, run } from "../../tests/support/run.ts";
 
 const DIR = new URL(".", import.meta.url).pathname;
-
-/**
- * Runs a command in this folder. Past `limitMs` it is sent SIGQUIT (Mono prints every thread's
- * stack to its output), then killed, and the answer says so: a hang fails with its stacks
- * instead of holding the suite until CI's own limit.
- */
-async function run(
-  cmd: string,
-  args: string[],
-  limitMs = 300_000,
-): Promise<{ code: number; text: string }> {
-  const child = new Deno.Command(cmd, { args, cwd: DIR, stdout: "piped", stderr: "piped" })
-    .spawn();
-  let hung = false;
-  const timer = setTimeout(() => {
-    hung = true;
-    try {
-      child.kill("SIGQUIT");
-    } catch { /* gone */ }
-    setTimeout(() => {
-      try {
-        child.kill("SIGKILL");
-      } catch { /* gone */ }
-    }, 3000);
-  }, limitMs);
-  const out = await child.output();
-  clearTimeout(timer);
-  const dec = new TextDecoder();
-  const text = dec.decode(out.stdout) + dec.decode(out.stderr);
-  return hung
-    ? { code: -1, text: `${cmd} ${args.join(" ")} ran past ${limitMs / 1000} s:\n${text}` }
-    : { code: out.code, text };
-}
 
 async function has(cmd: string): Promise<boolean> {
   try {
@@ -72,12 +40,17 @@ Deno.test({
   fn: async () => {
     const out = await Deno.makeTempDir({ prefix: "orbit-csharp-unit-" });
     try {
-      const build = await run("sh", ["build.sh", out]);
-      assert.equal(build.code, 0, `build.sh failed:\n${build.text}`);
-      // About 4 s; each test has a 20 s limit of its own, so two minutes is a hang (seen once).
-      const test = await run("mono", ["--debug", `${out}/Orbit.Sdk.Tests.exe`], 120_000);
-      assert.equal(test.code, 0, `the C# test suite failed:\n${test.text}`);
-      assert.match(test.text, /^\d+ passed, 0 failed/m, test.text);
+      const build = await run("sh", ["build.sh", out], { cwd: DIR, guardMs: 300_000 });
+      assert.equal(build.code, 0, `build.sh failed: ${described(build)}`);
+      // About 4 s; each test has a 20 s limit of its own, so two minutes is a hang (seen once):
+      // SIGQUIT makes Mono print every thread's stack, then the guard kills it.
+      const test = await run("mono", ["--debug", `${out}/Orbit.Sdk.Tests.exe`], {
+        cwd: DIR,
+        guardMs: 120_000,
+        guardSignal: "SIGQUIT",
+      });
+      assert.ok(test.code === 0 && !test.timedOut, `the C# test suite failed: ${described(test)}`);
+      assert.match(test.stdout, /^\d+ passed, 0 failed/m, described(test));
     } finally {
       await Deno.remove(out, { recursive: true }).catch(() => {});
     }

@@ -8,6 +8,8 @@ export interface Run {
   code: number;
   stdout: string;
   stderr: string;
+  /** It outlived its guard and was killed. */
+  timedOut: boolean;
 }
 
 export interface RunOptions {
@@ -16,6 +18,17 @@ export interface RunOptions {
   env?: Record<string, string>;
   /** Kill the process after this long: a guard against a hang, not a wait (default 120 s). */
   guardMs?: number;
+  /**
+   * Sent at the guard before SIGKILL, which follows 3 s later: e.g. SIGQUIT, on which Mono and
+   * the JVM print every thread's stack, so a hang's output says where it hung.
+   */
+  guardSignal?: Deno.Signal;
+}
+
+function kill(child: Deno.ChildProcess, signal: Deno.Signal): void {
+  try {
+    child.kill(signal);
+  } catch { /* gone */ }
 }
 
 const children = new Set<Deno.ChildProcess>();
@@ -42,10 +55,13 @@ export async function run(cmd: string, args: string[], o: RunOptions = {}): Prom
     stderr: "piped",
   }).spawn();
   children.add(child);
+  let timedOut = false;
+  let last: ReturnType<typeof setTimeout> | undefined;
   const guard = setTimeout(() => {
-    try {
-      child.kill("SIGKILL");
-    } catch { /* gone */ }
+    timedOut = true;
+    if (o.guardSignal === undefined) return kill(child, "SIGKILL");
+    kill(child, o.guardSignal);
+    last = setTimeout(() => kill(child, "SIGKILL"), 3000);
   }, o.guardMs ?? 120_000);
   try {
     const r = await child.output();
@@ -53,9 +69,11 @@ export async function run(cmd: string, args: string[], o: RunOptions = {}): Prom
       code: r.code,
       stdout: new TextDecoder().decode(r.stdout),
       stderr: new TextDecoder().decode(r.stderr),
+      timedOut,
     };
   } finally {
     clearTimeout(guard);
+    clearTimeout(last);
     children.delete(child);
   }
 }
@@ -67,5 +85,7 @@ export function runDeno(args: string[], o: RunOptions = {}): Promise<Run> {
 
 /** A readable account of a run for assertion messages. */
 export function described(r: Run): string {
-  return `exit code ${r.code}\n--- stdout\n${r.stdout}--- stderr\n${r.stderr}`;
+  return `${
+    r.timedOut ? "killed at its guard, " : ""
+  }exit code ${r.code}\n--- stdout\n${r.stdout}--- stderr\n${r.stderr}`;
 }
